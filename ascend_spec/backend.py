@@ -1,0 +1,125 @@
+"""Backend selection shared by every public op.
+
+Each op exists three times: ``reference`` (vectorised PyTorch, the oracle and the CPU path), ``triton`` (GPUs,
+NPUs through triton-ascend, CPU tensors under ``TRITON_INTERPRET=1``) and ``ascendc`` (the AscendC kernels in
+``csrc/``: the compiled extension on NPU tensors, the host model of the AscendC API on CPU tensors).
+
+``auto`` picks by device: NPU -> ascendc when the extension loaded, else triton; CUDA -> triton; CPU ->
+reference. ``ASCEND_SPEC_BACKEND`` overrides ``auto`` (never an explicit choice). An explicit backend that cannot
+run here raises :class:`BackendUnavailableError` saying what is missing.
+
+Checks that must read device values (and so would synchronise the host with the device, breaking graph capture)
+run only when :func:`value_checks_enabled` says so: ``ASCEND_SPEC_CHECKS=1``/``0`` forces them on/off; by
+default they are on for CPU tensors and off elsewhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+from typing import Literal
+
+import torch
+
+Backend = Literal["reference", "triton", "ascendc"]
+BACKENDS: tuple[str, ...] = ("reference", "triton", "ascendc")
+BACKEND_ENV = "ASCEND_SPEC_BACKEND"
+CHECKS_ENV = "ASCEND_SPEC_CHECKS"
+
+
+class BackendUnavailableError(RuntimeError):
+    """An explicitly requested backend cannot run on this machine or on these tensors."""
+
+
+@functools.lru_cache(maxsize=1)
+def triton_importable() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def triton_interpret_enabled() -> bool:
+    """True when Triton kernels run in the interpreter (the only way they run on CPU tensors)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.lru_cache(maxsize=1)
+def ascendc_extension_loaded() -> bool:
+    """True when the compiled CANN extension registered ``torch.ops._C_ascend_spec``."""
+    try:
+        from ascend_spec import _C_ascend_spec  # noqa: F401  (built by setup.py only where CANN exists)
+    except ImportError:
+        return False
+    return hasattr(torch.ops, "_C_ascend_spec")
+
+
+def host_compiler() -> str | None:
+    """The C++ compiler the AscendC host model uses (``CXX`` or g++/clang++ on PATH)."""
+    cxx = os.environ.get("CXX")
+    if cxx and shutil.which(cxx):
+        return cxx
+    for name in ("g++", "clang++"):
+        if shutil.which(name):
+            return name
+    return None
+
+
+def resolve_backend(backend: str, device: torch.device, *, op: str) -> Backend:
+    """Return the backend that runs ``op`` on ``device``, or raise saying why the requested one cannot."""
+    if backend not in ("auto", *BACKENDS):
+        raise ValueError(f"backend must be one of 'auto', {', '.join(map(repr, BACKENDS))}; got {backend!r}")
+    if backend == "auto":
+        env = os.environ.get(BACKEND_ENV, "").strip()
+        if env and env != "auto":
+            if env not in BACKENDS:
+                raise ValueError(f"{BACKEND_ENV} must be one of {', '.join(BACKENDS)} or auto; got {env!r}")
+            backend = env
+        else:
+            backend = _auto_backend(device)
+    _require_runnable(backend, device, op=op)
+    return backend  # type: ignore[return-value]
+
+
+def _auto_backend(device: torch.device) -> str:
+    if device.type == "npu":
+        return "ascendc" if ascendc_extension_loaded() else "triton"
+    if device.type == "cuda":
+        return "triton"
+    return "reference"
+
+
+def _require_runnable(backend: str, device: torch.device, *, op: str) -> None:
+    where = f"{op}: backend {backend!r} on {device.type} tensors"
+    if backend == "reference":
+        return
+    if backend == "triton":
+        if not triton_importable():
+            raise BackendUnavailableError(f"{where} needs the 'triton' package (pip install triton)")
+        if device.type == "cpu" and not triton_interpret_enabled():
+            raise BackendUnavailableError(
+                f"{where} needs TRITON_INTERPRET=1 in the environment before the kernels are first imported"
+            )
+        return
+    if backend == "ascendc":
+        if device.type == "npu":
+            if not ascendc_extension_loaded():
+                raise BackendUnavailableError(
+                    f"{where} needs the compiled extension ascend_spec._C_ascend_spec; build it with CANN "
+                    "installed (ASCEND_HOME_PATH, SOC_VERSION set, COMPILE_CUSTOM_KERNELS=1)"
+                )
+            return
+        if device.type == "cpu":
+            if host_compiler() is None:
+                raise BackendUnavailableError(f"{where} runs the AscendC host model, which needs g++ or clang++")
+            return
+        raise BackendUnavailableError(f"{where}: AscendC kernels run on NPU tensors, or on CPU via the host model")
+
+
+def value_checks_enabled(device: torch.device) -> bool:
+    """Whether checks that read device values (host syncs) should run for tensors on ``device``."""
+    env = os.environ.get(CHECKS_ENV, "").strip()
+    if env in ("0", "1"):
+        return env == "1"
+    if env:
+        raise ValueError(f"{CHECKS_ENV} must be 0 or 1; got {env!r}")
+    return device.type == "cpu"

@@ -1,0 +1,118 @@
+"""Timing and memory measurement for the microbenchmarks.
+
+Times are medians over repeats, taken with the device's own timer (CUDA/NPU events, wall clock on CPU) after
+warm-up; a case reports its op and its baseline from the same run so the ratio is meaningful on any machine.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class BenchContext:
+    """What every case gets: the device to run on, the repeat policy and a quick mode for smoke runs."""
+
+    device: torch.device
+    warmup: int = 3
+    repeats: int = 10
+    quick: bool = False
+    backend: str = "auto"
+
+    def time(self, fn: Callable[[], Any]) -> float:
+        return measure_ms(fn, self.device, warmup=self.warmup, repeats=self.repeats)
+
+
+@dataclass
+class BenchRow:
+    """One line of the bench table: the op (by some implementation) against a baseline, plus metrics.
+
+    ``metrics`` holds numbers such as ``bytes_moved``, ``bandwidth_gbs``, ``peak_temp_bytes`` and their
+    ``baseline_*`` counterparts; keys are free-form but should say their unit.
+    """
+
+    op: str
+    case: str
+    impl: str
+    baseline: str
+    time_ms: float
+    baseline_ms: float
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_ms / self.time_ms if self.time_ms > 0 else float("inf")
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["speedup"] = self.speedup
+        return out
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "npu":  # pragma: no cover - needs torch_npu
+        torch.npu.synchronize(device)  # type: ignore[attr-defined]
+
+
+def measure_ms(fn: Callable[[], Any], device: torch.device, *, warmup: int = 3, repeats: int = 10) -> float:
+    """Median milliseconds of ``fn()`` on ``device``."""
+    for _ in range(warmup):
+        fn()
+    _synchronize(device)
+    samples: list[float] = []
+    if device.type in ("cuda", "npu"):
+        mod = torch.cuda if device.type == "cuda" else torch.npu  # type: ignore[attr-defined]
+        for _ in range(repeats):
+            start, end = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+    else:
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def peak_allocated_bytes(fn: Callable[[], Any], device: torch.device) -> int:
+    """Peak bytes allocated by torch while ``fn()`` runs, above what was live before it (outputs included).
+
+    CUDA/NPU: the caching allocator's peak counter. CPU: the profiler's allocation timeline (op-level
+    allocations at op start, frees as they happen), which sees every tensor torch allocates.
+    """
+    if device.type in ("cuda", "npu"):
+        mod = torch.cuda if device.type == "cuda" else torch.npu  # type: ignore[attr-defined]
+        _synchronize(device)
+        mod.reset_peak_memory_stats(device)
+        before = mod.memory_allocated(device)
+        fn()
+        _synchronize(device)
+        return int(mod.max_memory_allocated(device) - before)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    timeline: list[tuple[float, int]] = []
+    for event in prof.events():
+        delta = event.self_cpu_memory_usage
+        if event.name == "[memory]":
+            if delta < 0:
+                timeline.append((event.time_range.start, delta))
+        elif delta > 0:
+            timeline.append((event.time_range.start, delta))
+    live = peak = 0
+    for _, delta in sorted(timeline, key=lambda item: item[0]):
+        live += delta
+        peak = max(peak, live)
+    return int(peak)

@@ -1,0 +1,1 @@
+"""Variable-length Gated DeltaNet verification with deferred commit."""

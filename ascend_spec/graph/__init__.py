@@ -1,0 +1,1 @@
+"""Graph buckets, cost profiles, dispatchers and the verify-budget controller."""
