@@ -1,0 +1,183 @@
+"""Triton backend of :func:`ascend_spec.ops.prepare_block_slots`: one launch, one program per padded request.
+
+Program ``r`` writes the Q query rows of request ``r`` (ids, rope positions on every rope row, slots),
+``seq_lens[r]``, ``query_start_loc[r + 1]`` (program 0 also the leading 0), its ``sample_indices`` and, for
+real requests, its context tokens' slots and rope positions in chunks of ``BLOCK_C`` (a context can be a whole
+prompt after prefill, so its length is a runtime loop bound). The context prefix sums are computed before the
+launch: they size the outputs. Imported lazily: ``TRITON_INTERPRET`` is read when ``@triton.jit`` decorates.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ascend_spec.ops.block_slots import BlockSlots, context_start_loc_and_total
+
+_BLOCK_C = 64
+
+
+@triton.jit
+def _place(table_row_ptr, table_col_stride, pos, num_pages, block_size, mask):
+    """Slot of each logical position, -1 where it is negative, past the table or on a negative page id."""
+    safe = tl.maximum(pos, 0)
+    page_idx = safe // block_size
+    ok = mask & (pos >= 0) & (page_idx < num_pages)
+    page = tl.load(table_row_ptr + page_idx * table_col_stride, mask=ok, other=-1).to(tl.int64)
+    ok = ok & (page >= 0)
+    return tl.where(ok, page * block_size + safe % block_size, -1)
+
+
+@triton.jit
+def _prepare_block_slots_kernel(
+    ids_ptr,
+    pos_ptr,
+    rope_ptr,
+    table_ptr,
+    ctx_len_ptr,
+    ctx_start_ptr,
+    out_ids_ptr,
+    out_pos_ptr,
+    out_slot_ptr,
+    out_qsl_ptr,
+    out_seq_ptr,
+    out_sample_ptr,
+    out_ctx_slot_ptr,
+    out_ctx_pos_ptr,
+    num_reqs,
+    num_pages,
+    table_stride,
+    table_col_stride,
+    rope_stride,
+    pos_stride,
+    ctx_pos_stride,
+    block_size,
+    mask_token_id,
+    Q: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    ROPE_ROWS: tl.constexpr,
+    HAS_ROPE: tl.constexpr,
+    HAS_CTX: tl.constexpr,
+    SAMPLE_FROM_ANCHOR: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    r = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_Q)
+    qmask = offs < Q
+    rows = r * Q + offs
+    tl.store(out_qsl_ptr + r + 1, (r + 1) * Q)
+    if r == 0:
+        tl.store(out_qsl_ptr, 0)
+    if r < num_reqs:
+        p = tl.load(pos_ptr + r).to(tl.int64)
+        anchor = tl.load(ids_ptr + r)
+        ids = tl.where(offs == 0, anchor, tl.full([BLOCK_Q], mask_token_id, anchor.dtype))
+        tl.store(out_ids_ptr + rows, ids, mask=qmask)
+        table_row = table_ptr + r.to(tl.int64) * table_stride
+        slots = _place(table_row, table_col_stride, p + offs, num_pages, block_size, qmask)
+        tl.store(out_slot_ptr + rows, slots, mask=qmask)
+        tl.store(out_seq_ptr + r, (p + Q).to(tl.int32))
+        if SAMPLE_FROM_ANCHOR:
+            tl.store(out_sample_ptr + r * Q + offs, (rows).to(tl.int64), mask=qmask)
+        else:
+            tl.store(out_sample_ptr + r * (Q - 1) + offs, (rows + 1).to(tl.int64), mask=offs < Q - 1)
+        if HAS_CTX:
+            n = tl.maximum(tl.load(ctx_len_ptr + r).to(tl.int64), 0)
+            start = tl.load(ctx_start_ptr + r).to(tl.int64)
+        for k in tl.static_range(ROPE_ROWS):
+            base = tl.load(rope_ptr + k * rope_stride + r).to(tl.int64) if HAS_ROPE else p
+            tl.store(out_pos_ptr + k * pos_stride + rows, base + offs, mask=qmask)
+            if HAS_CTX:
+                for c in range(0, n, BLOCK_C):
+                    j = c + tl.arange(0, BLOCK_C)
+                    tl.store(out_ctx_pos_ptr + k * ctx_pos_stride + start + j, base - n + j, mask=j < n)
+        if HAS_CTX:
+            for c in range(0, n, BLOCK_C):
+                j = c + tl.arange(0, BLOCK_C)
+                cmask = j < n
+                slots = _place(table_row, table_col_stride, p - n + j, num_pages, block_size, cmask)
+                tl.store(out_ctx_slot_ptr + start + j, slots, mask=cmask)
+    else:
+        pad_ids = tl.full([BLOCK_Q], mask_token_id, out_ids_ptr.dtype.element_ty)
+        tl.store(out_ids_ptr + rows, pad_ids, mask=qmask)
+        tl.store(out_slot_ptr + rows, tl.full([BLOCK_Q], -1, tl.int64), mask=qmask)
+        tl.store(out_seq_ptr + r, 0)
+        for k in tl.static_range(ROPE_ROWS):
+            tl.store(out_pos_ptr + k * pos_stride + rows, tl.zeros([BLOCK_Q], tl.int64), mask=qmask)
+
+
+def prepare_block_slots_triton(
+    *,
+    anchor_token_ids: torch.Tensor,
+    anchor_positions: torch.Tensor,
+    block_table: torch.Tensor,
+    rope_positions: torch.Tensor | None,
+    context_lens: torch.Tensor | None,
+    block_size: int,
+    num_query_tokens: int,
+    mask_token_id: int,
+    sample_from_anchor: bool,
+    num_padded_reqs: int,
+) -> BlockSlots:
+    """Arguments already validated and normalised by the public op (int64 positions, rope, context_lens)."""
+    dev = anchor_positions.device
+    b, r, q = anchor_positions.shape[0], num_padded_reqs, num_query_tokens
+    rope_rows = 3 if rope_positions is not None and rope_positions.dim() == 2 else 1
+    lead = (3,) if rope_rows == 3 else ()
+    ctx_start, total = context_start_loc_and_total(context_lens, b, dev)
+    num_samples = b * (q if sample_from_anchor else q - 1)
+    input_ids = torch.empty(r * q, dtype=anchor_token_ids.dtype, device=dev)
+    positions = torch.empty((*lead, r * q), dtype=torch.int64, device=dev)
+    slot_mapping = torch.empty(r * q, dtype=torch.int64, device=dev)
+    query_start_loc = torch.zeros(r + 1, dtype=torch.int32, device=dev)
+    seq_lens = torch.empty(r, dtype=torch.int32, device=dev)
+    sample_indices = torch.empty(num_samples, dtype=torch.int64, device=dev)
+    ctx_slots = torch.empty(total, dtype=torch.int64, device=dev)
+    ctx_pos = torch.empty((*lead, total), dtype=torch.int64, device=dev)
+    if r > 0:
+        has_rope = rope_positions is not None
+        has_ctx = total > 0
+        _prepare_block_slots_kernel[(r,)](
+            anchor_token_ids,
+            anchor_positions,
+            rope_positions if has_rope else anchor_positions,
+            block_table,
+            context_lens if has_ctx else anchor_positions,
+            ctx_start,
+            input_ids,
+            positions,
+            slot_mapping,
+            query_start_loc,
+            seq_lens,
+            sample_indices,
+            ctx_slots,
+            ctx_pos,
+            b,
+            block_table.shape[1],
+            block_table.stride(0),
+            block_table.stride(1),
+            rope_positions.stride(0) if rope_rows == 3 else 0,
+            r * q,
+            total,
+            block_size,
+            mask_token_id,
+            Q=q,
+            BLOCK_Q=triton.next_power_of_2(q),
+            ROPE_ROWS=rope_rows,
+            HAS_ROPE=has_rope,
+            HAS_CTX=has_ctx,
+            SAMPLE_FROM_ANCHOR=sample_from_anchor,
+            BLOCK_C=_BLOCK_C,
+        )
+    return BlockSlots(
+        input_ids=input_ids,
+        positions=positions,
+        slot_mapping=slot_mapping,
+        query_start_loc=query_start_loc,
+        seq_lens=seq_lens,
+        sample_indices=sample_indices,
+        context_slot_mapping=ctx_slots,
+        context_positions=ctx_pos,
+        context_start_loc=ctx_start,
+    )

@@ -1,0 +1,334 @@
+"""Block-drafter input preparation: ids, rope positions and paged-cache slots of a whole draft block.
+
+DFlash and DSpark draft a block of Q positions per request in one forward pass, so before that pass the engine
+needs, for B requests at once, the block's input ids ``[anchor, mask, ..., mask]``, its rope positions and the
+paged KV-cache slot of every position, and the slots of the context tokens whose target hidden states are
+injected into the drafter cache this step. :func:`prepare_block_slots` builds all of it without a per-request
+loop; the Triton and AscendC backends do it in one kernel launch.
+
+Semantics (every backend produces exactly the same tensors):
+
+* Query token ``i`` (``0 <= i < Q``) of request ``b`` sits at logical position ``p_b + i`` (``p_b`` =
+  ``anchor_positions[b]``, the anchor is token 0) and at flat row ``b * Q + i``. Its slot is
+  ``block_table[b, (p_b + i) // bs] * bs + (p_b + i) % bs``; its rope position is ``rope_b + i`` on every
+  rope row (``rope_b`` = ``rope_positions[..., b]``, or ``p_b`` when ``rope_positions`` is None).
+* Padding rows ``B <= r < R`` (graph replay): input id ``mask_token_id``, position 0 (every rope row), slot
+  -1 (write nothing), ``seq_lens[r] = 0``. ``query_start_loc = [0, Q, 2Q, ..., RQ]`` covers them too,
+  because the flat outputs have R*Q rows and the replayed graph runs all of them.
+* ``sample_indices`` lists, request by request, the flat rows whose outputs give candidates: rows ``bQ+1 ..
+  bQ+Q-1`` (the masks), or ``bQ .. bQ+Q-1`` with ``sample_from_anchor`` (DSpark reads its first candidate at
+  the anchor). Padding rows give no candidates and are not listed: the tensor has ``B * (Q - 1)`` or ``B *
+  Q`` rows.
+* Context tokens of request ``b`` are the ``n_b = context_lens[b]`` tokens at logical positions ``p_b - n_b
+  .. p_b - 1`` (the anchor itself is query token 0, not context). They are laid out flat, request by
+  request, in ``[context_start_loc[b], context_start_loc[b + 1])`` where ``context_start_loc`` ([B+1],
+  int32) is the exclusive prefix sum of ``context_lens``. Context token ``j`` (``0 <= j < n_b``) sits at
+  position ``p_b - n_b + j``; its slot comes from the same block table and formula (the drafter cache is
+  paged like the block); its rope position is ``rope_b - n_b + j`` on every rope row: context tokens are
+  tokens the target just produced (generated text), and text advances every mrope row by one per token.
+  Padding rows have no context: the context outputs cover the B real requests only. ``context_lens=None``
+  means no context (empty outputs, ``context_start_loc`` all zeros).
+* Any position a kernel cannot place (negative, on a page past the table, or on a negative page id) gets
+  slot -1, with checks on or off: a wrong slot would corrupt another request's cache, -1 writes nothing.
+
+Output dtypes: ``input_ids`` has the dtype of ``anchor_token_ids``; positions, slots and ``sample_indices``
+are int64; ``query_start_loc``, ``seq_lens`` and ``context_start_loc`` are int32.
+
+The context outputs have ``sum(context_lens)`` rows, a size only the device knows; reading it costs the one
+host sync of this op (none when ``context_lens`` is None). Value checks (``ASCEND_SPEC_CHECKS``) add one
+more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ascend_spec.backend import BackendUnavailableError, resolve_backend, value_checks_enabled
+from ascend_spec.checks import INDEX_DTYPES, check_positive_int, check_tensor
+
+OP = "prepare_block_slots"
+INT32_MAX = 2**31 - 1
+_ID_LIMITS = {torch.int32: 2**31 - 1, torch.int64: 2**63 - 1}
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class BlockSlots:
+    """Everything the drafter's block pass needs; R = padded requests, B = real requests, Q = block length."""
+
+    input_ids: torch.Tensor  # [R*Q], dtype of anchor_token_ids
+    positions: torch.Tensor  # [R*Q] or [3, R*Q] int64 rope positions
+    slot_mapping: torch.Tensor  # [R*Q] int64, -1 = write nothing
+    query_start_loc: torch.Tensor  # [R+1] int32
+    seq_lens: torch.Tensor  # [R] int32, p_b + Q (0 for padding rows)
+    sample_indices: torch.Tensor  # [B*(Q-1)] or [B*Q] int64 flat rows giving candidates
+    context_slot_mapping: torch.Tensor  # [N] int64, N = sum(context_lens)
+    context_positions: torch.Tensor  # [N] or [3, N] int64 rope positions
+    context_start_loc: torch.Tensor  # [B+1] int32
+
+    @property
+    def num_reqs(self) -> int:
+        return self.context_start_loc.numel() - 1
+
+    @property
+    def num_padded_reqs(self) -> int:
+        return self.seq_lens.numel()
+
+
+def prepare_block_slots(
+    anchor_token_ids: torch.Tensor,
+    anchor_positions: torch.Tensor,
+    block_table: torch.Tensor,
+    *,
+    block_size: int,
+    num_query_tokens: int,
+    mask_token_id: int,
+    sample_from_anchor: bool = False,
+    rope_positions: torch.Tensor | None = None,
+    context_lens: torch.Tensor | None = None,
+    num_padded_reqs: int | None = None,
+    backend: str = "auto",
+) -> BlockSlots:
+    """Prepare the drafter's block inputs for B requests of Q query tokens (semantics: module docstring).
+
+    ``anchor_token_ids [B]``, ``anchor_positions [B]`` (int32/int64), ``block_table [B, M]`` int32,
+    ``rope_positions`` None / ``[B]`` / ``[3, B]`` (mrope), ``context_lens`` None / ``[B]``;
+    ``num_query_tokens`` is K+1 for DFlash, K for DSpark (``sample_from_anchor=True``); ``num_padded_reqs``
+    R >= B pads for graph replay. Shape/dtype/device errors always raise ValueError; value errors (a block
+    past the table, a negative page id under a token, negative positions or lengths) raise ValueError naming
+    the request when :func:`~ascend_spec.backend.value_checks_enabled`.
+    """
+    check_tensor("anchor_positions", anchor_positions, ndim=1, dtypes=INDEX_DTYPES)
+    device = anchor_positions.device
+    num_reqs = anchor_positions.shape[0]
+    check_tensor("anchor_token_ids", anchor_token_ids, dtypes=INDEX_DTYPES, device=device, shape=(num_reqs,))
+    check_tensor("block_table", block_table, dtypes=(torch.int32,), device=device, shape=(num_reqs, None))
+    block_size = check_positive_int("block_size", block_size)
+    q = check_positive_int("num_query_tokens", num_query_tokens)
+    if not isinstance(sample_from_anchor, bool):
+        raise ValueError(f"sample_from_anchor must be a bool; got {sample_from_anchor!r}")
+    if q < 2 and not sample_from_anchor:
+        raise ValueError(
+            "num_query_tokens must be >= 2 without sample_from_anchor (the anchor row gives no candidate); "
+            f"got {q}"
+        )
+    limit = _ID_LIMITS[anchor_token_ids.dtype]
+    if not _is_int(mask_token_id) or not 0 <= mask_token_id <= limit:
+        raise ValueError(
+            f"mask_token_id must be an int in [0, {limit}] (input_ids are {anchor_token_ids.dtype}); "
+            f"got {mask_token_id!r}"
+        )
+    if num_padded_reqs is None:
+        num_padded_reqs = num_reqs
+    elif not _is_int(num_padded_reqs) or num_padded_reqs < num_reqs:
+        raise ValueError(f"num_padded_reqs must be an int >= {num_reqs} requests; got {num_padded_reqs!r}")
+    if rope_positions is not None:
+        check_tensor("rope_positions", rope_positions, ndim=(1, 2), dtypes=INDEX_DTYPES, device=device)
+        want = (num_reqs,) if rope_positions.dim() == 1 else (3, num_reqs)
+        check_tensor("rope_positions", rope_positions, shape=want)
+        rope_positions = rope_positions.to(torch.int64).contiguous()
+    if context_lens is not None:
+        check_tensor("context_lens", context_lens, dtypes=INDEX_DTYPES, device=device, shape=(num_reqs,))
+        context_lens = context_lens.to(torch.int64).contiguous()
+    anchor_positions = anchor_positions.to(torch.int64).contiguous()
+    anchor_token_ids = anchor_token_ids.contiguous()
+
+    which = resolve_backend(backend, device, op=OP)
+    if value_checks_enabled(device):
+        _check_values(
+            anchor_token_ids, anchor_positions, block_table, block_size, q, rope_positions, context_lens
+        )
+    kwargs = dict(
+        anchor_token_ids=anchor_token_ids,
+        anchor_positions=anchor_positions,
+        block_table=block_table,
+        rope_positions=rope_positions,
+        context_lens=context_lens,
+        block_size=block_size,
+        num_query_tokens=q,
+        mask_token_id=mask_token_id,
+        sample_from_anchor=sample_from_anchor,
+        num_padded_reqs=num_padded_reqs,
+    )
+    if which == "reference":
+        return block_slots_reference(**kwargs)
+    if which == "triton":
+        from ascend_spec.ops._triton_block_slots import prepare_block_slots_triton
+
+        return prepare_block_slots_triton(**kwargs)
+    try:
+        from ascend_spec.ops._ascendc_block_slots import prepare_block_slots_ascendc
+    except ModuleNotFoundError as exc:  # pragma: no cover - only before the AscendC path lands
+        raise BackendUnavailableError(f"{OP}: the AscendC path is missing ({exc})") from exc
+    return prepare_block_slots_ascendc(**kwargs)
+
+
+def context_start_loc_and_total(
+    context_lens: torch.Tensor | None, num_reqs: int, device: torch.device
+) -> tuple[torch.Tensor, int]:
+    """Exclusive prefix sums [B+1] int32 of the context lengths (negative ones count as 0) and their total.
+
+    Shared by every backend: the total sizes the context outputs, so it is the op's one host read.
+    """
+    start = torch.zeros(num_reqs + 1, dtype=torch.int32, device=device)
+    if context_lens is None or num_reqs == 0:
+        return start, 0
+    sums = torch.cumsum(context_lens.clamp_min(0), 0)
+    total = int(sums[-1])
+    if total > INT32_MAX:
+        raise ValueError(f"context_lens sum to {total} tokens, more than int32 context_start_loc can index")
+    start[1:] = sums
+    return start, total
+
+
+def _slots(block_table: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, block_size: int) -> torch.Tensor:
+    """slot = block_table[row, pos // bs] * bs + pos % bs, or -1 where the position cannot be placed."""
+    num_pages = block_table.shape[1]
+    safe = pos.clamp_min(0)
+    page_idx = safe // block_size
+    ok = (pos >= 0) & (page_idx < num_pages)
+    if num_pages == 0:
+        return torch.full_like(pos, -1)
+    page = block_table[rows, page_idx.clamp_max(num_pages - 1)].to(torch.int64)
+    ok &= page >= 0
+    return torch.where(ok, page * block_size + safe % block_size, torch.full_like(pos, -1))
+
+
+def block_slots_reference(
+    *,
+    anchor_token_ids: torch.Tensor,
+    anchor_positions: torch.Tensor,
+    block_table: torch.Tensor,
+    rope_positions: torch.Tensor | None,
+    context_lens: torch.Tensor | None,
+    block_size: int,
+    num_query_tokens: int,
+    mask_token_id: int,
+    sample_from_anchor: bool,
+    num_padded_reqs: int,
+) -> BlockSlots:
+    """Vectorised PyTorch implementation (the oracle); arguments already validated and normalised."""
+    dev = anchor_positions.device
+    b, r, q = anchor_positions.shape[0], num_padded_reqs, num_query_tokens
+    i = torch.arange(q, device=dev)
+    reqs = torch.arange(b, device=dev)
+    p = anchor_positions
+    rope = p if rope_positions is None else rope_positions  # [B] or [3, B]
+
+    input_ids = torch.full((r, q), mask_token_id, dtype=anchor_token_ids.dtype, device=dev)
+    input_ids[:b, 0] = anchor_token_ids
+    positions = torch.zeros((*rope.shape[:-1], r, q), dtype=torch.int64, device=dev)
+    positions[..., :b, :] = rope[..., None] + i
+    slot_mapping = torch.full((r, q), -1, dtype=torch.int64, device=dev)
+    slot_mapping[:b] = _slots(block_table, reqs[:, None], p[:, None] + i, block_size)
+    seq_lens = torch.zeros(r, dtype=torch.int32, device=dev)
+    seq_lens[:b] = (p + q).to(torch.int32)
+    query_start_loc = (torch.arange(r + 1, device=dev) * q).to(torch.int32)
+    first = 0 if sample_from_anchor else 1
+    sample_indices = (reqs[:, None] * q + torch.arange(first, q, device=dev)).reshape(-1)
+
+    ctx_start, total = context_start_loc_and_total(context_lens, b, dev)
+    if total:
+        n = context_lens.clamp_min(0)
+        req = torch.repeat_interleave(reqs, n, output_size=total)
+        back = ctx_start[1:].to(torch.int64)[req] - torch.arange(total, device=dev)  # n_b - j, in 1..n_b
+        ctx_slots = _slots(block_table, req, p[req] - back, block_size)
+        ctx_pos = rope[..., req] - back
+    else:
+        ctx_slots = torch.empty(0, dtype=torch.int64, device=dev)
+        ctx_pos = torch.empty((*rope.shape[:-1], 0), dtype=torch.int64, device=dev)
+    return BlockSlots(
+        input_ids=input_ids.reshape(-1),
+        positions=positions.reshape(*rope.shape[:-1], r * q),
+        slot_mapping=slot_mapping.reshape(-1),
+        query_start_loc=query_start_loc,
+        seq_lens=seq_lens,
+        sample_indices=sample_indices,
+        context_slot_mapping=ctx_slots,
+        context_positions=ctx_pos,
+        context_start_loc=ctx_start,
+    )
+
+
+def _check_values(
+    anchor_token_ids: torch.Tensor,
+    anchor_positions: torch.Tensor,
+    block_table: torch.Tensor,
+    block_size: int,
+    q: int,
+    rope_positions: torch.Tensor | None,
+    context_lens: torch.Tensor | None,
+) -> None:
+    """Value checks (host reads): one sync when all is well; on failure, name the first bad request."""
+    p = anchor_positions
+    b, num_pages = block_table.shape
+    n = torch.zeros_like(p) if context_lens is None else context_lens
+    rope = (p if rope_positions is None else rope_positions).reshape(-1, b)
+    last = p + (q - 1)
+    capacity = num_pages * block_size
+    first_page = (p - n).clamp_min(0) // block_size
+    last_page = last.clamp_min(0) // block_size
+    cols = torch.arange(num_pages, device=p.device)
+    neg_page = (block_table < 0) & (cols >= first_page[:, None]) & (cols <= last_page[:, None])
+    bad = [
+        anchor_token_ids < 0,
+        p < 0,
+        n < 0,
+        n > p,
+        (rope < 0).any(0),
+        (rope < n).any(0),
+        last >= capacity,
+        p + q > INT32_MAX,
+        neg_page.any(1),
+    ]
+    flags = torch.stack(bad)
+    if not bool(flags.any()):
+        return
+    kind, req = (int(x) for x in flags.nonzero()[0])
+    pv, nv = int(p[req]), int(n[req])
+    if kind == 0:
+        raise ValueError(f"anchor_token_ids[{req}] = {int(anchor_token_ids[req])} is negative")
+    if kind == 1:
+        raise ValueError(f"request {req}: anchor_positions[{req}] = {pv} is negative")
+    if kind == 2:
+        raise ValueError(f"request {req}: context_lens[{req}] = {nv} is negative")
+    if kind == 3:
+        raise ValueError(
+            f"request {req}: context_lens[{req}] = {nv} exceeds anchor_positions[{req}] = {pv} "
+            "(context positions would be negative)"
+        )
+    if kind in (4, 5):
+        row = int(((rope[:, req] < 0) if kind == 4 else (rope[:, req] < nv)).nonzero()[0])
+        if rope_positions is None:
+            name = f"anchor_positions[{req}]"
+        elif rope_positions.dim() == 1:
+            name = f"rope_positions[{req}]"
+        else:
+            name = f"rope_positions[{row}, {req}]"
+        value = int(rope[row, req])
+        if kind == 4:
+            raise ValueError(f"request {req}: {name} = {value} is negative")
+        raise ValueError(
+            f"request {req}: {name} = {value} is smaller than context_lens[{req}] = {nv} "
+            "(context rope positions would be negative)"
+        )
+    if kind == 6:
+        raise ValueError(
+            f"request {req}: the block runs past the block table: anchor_positions[{req}] = {pv} + "
+            f"{q} query tokens reaches position {pv + q - 1}, but {num_pages} pages x block_size "
+            f"{block_size} hold positions 0..{capacity - 1}"
+        )
+    if kind == 7:
+        raise ValueError(f"request {req}: seq_len anchor_positions[{req}] + {q} = {pv + q} overflows int32")
+    page = int(neg_page[req].nonzero()[0])
+    position = max(page * block_size, pv - nv)
+    what = "context token" if position < pv else "query token"
+    raise ValueError(
+        f"request {req}: block_table[{req}, {page}] = {int(block_table[req, page])} is a negative page id, "
+        f"but position {position} ({what}) lands on it"
+    )
