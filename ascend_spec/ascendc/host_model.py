@@ -1,0 +1,148 @@
+"""Run AscendC kernels from ``csrc/kernels/`` on CPU tensors through the host model of the AscendC API.
+
+Each kernel source is compiled once with g++ (``-DASCEND_SPEC_HOST_MODEL -I csrc/host_model``) into a shared
+library cached by content hash; its ``extern "C"`` host entry computes the same tiling the NPU binding computes
+and launches the kernel block by block. Before a launch every tensor argument is registered as a GM region, so a
+kernel that touches memory outside its tensors fails loudly instead of corrupting memory, and the Unified Buffer
+size of the chosen SoC bounds what the kernel's TPipe may allocate.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ascend_spec.backend import BackendUnavailableError, host_compiler
+from ascend_spec.paths import CSRC_DIR
+
+HOST_MODEL_DIR = CSRC_DIR / "host_model"
+KERNELS_DIR = CSRC_DIR / "kernels"
+SOC_ENV = "ASCEND_SPEC_HOST_MODEL_SOC"
+CACHE_ENV = "ASCEND_SPEC_CACHE_DIR"
+
+
+@dataclass(frozen=True)
+class SocSpec:
+    """What the host model needs to know of a chip: UB bytes per vector core and the vector core count."""
+
+    name: str
+    ub_bytes: int
+    vector_cores: int
+
+
+# Atlas A2 (910B1/B2: 24 AI cores x 2 vector cores; B3/B4: 20 x 2) and A3 (910_93): 192 KiB UB per vector core.
+SOCS: dict[str, SocSpec] = {
+    spec.name: spec
+    for spec in (
+        SocSpec("ascend910b1", 192 * 1024, 48),
+        SocSpec("ascend910b2", 192 * 1024, 48),
+        SocSpec("ascend910b3", 192 * 1024, 40),
+        SocSpec("ascend910b4", 192 * 1024, 40),
+        SocSpec("ascend910_9391", 192 * 1024, 48),
+        SocSpec("ascend910_9392", 192 * 1024, 48),
+    )
+}
+DEFAULT_SOC = "ascend910b2"
+
+
+def soc_spec(name: str | None = None) -> SocSpec:
+    """The SoC the host model imitates: ``name``, else ``$ASCEND_SPEC_HOST_MODEL_SOC``, else 910B2."""
+    name = (name or os.environ.get(SOC_ENV) or DEFAULT_SOC).lower()
+    if name not in SOCS:
+        raise ValueError(f"unknown SoC {name!r} for the AscendC host model; known: {sorted(SOCS)}")
+    return SOCS[name]
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "ascend_spec")
+    path = Path(root) / "host_model"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _source_hash(kernel: str, compiler: str) -> str:
+    digest = hashlib.sha256(compiler.encode())
+    files = sorted(HOST_MODEL_DIR.glob("*.h")) + sorted(KERNELS_DIR.glob("*.h")) + [KERNELS_DIR / f"{kernel}.cpp"]
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def load_kernel(kernel: str) -> ctypes.CDLL:
+    """Compile (once, cached on disk) and load ``csrc/kernels/<kernel>.cpp`` under the host model."""
+    compiler = host_compiler()
+    if compiler is None:
+        raise BackendUnavailableError("the AscendC host model needs a C++ compiler (g++ or clang++) on PATH")
+    source = KERNELS_DIR / f"{kernel}.cpp"
+    if not source.is_file():
+        raise FileNotFoundError(f"no AscendC kernel source {source}")
+    target = _cache_dir() / f"{kernel}-{_source_hash(kernel, compiler)}.so"
+    if not target.exists():
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            tmp_lib = Path(tmp) / target.name
+            cmd = [
+                compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-Wall", "-Werror=return-type",
+                "-DASCEND_SPEC_HOST_MODEL", f"-I{HOST_MODEL_DIR}", f"-I{KERNELS_DIR}",
+                str(source), "-o", str(tmp_lib),
+            ]  # fmt: skip
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"host-model build of {source.name} failed:\n{result.stderr[-4000:]}")
+            os.replace(tmp_lib, target)
+    lib = ctypes.CDLL(str(target))
+    lib.ascend_spec_hm_configure.argtypes = [ctypes.c_uint64, ctypes.c_int]
+    lib.ascend_spec_hm_register_gm.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    lib.ascend_spec_hm_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def tensor_ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
+    """GM address of a contiguous CPU tensor (nullptr for None)."""
+    if t is None:
+        return ctypes.c_void_p(0)
+    if t.device.type != "cpu" or not t.is_contiguous():
+        raise ValueError("host-model kernels take contiguous CPU tensors")
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def launch(
+    kernel: str,
+    entry: str,
+    args: Sequence[object],
+    *,
+    tensors: Sequence[torch.Tensor],
+    soc: str | None = None,
+    reverse_blocks: bool = False,
+) -> None:
+    """Call ``entry`` of the kernel library with ``args`` (ctypes values).
+
+    ``tensors`` are every tensor the kernel may touch; only their bytes are valid GM. The entry's first argument
+    is always the vector core count of the SoC (the tiling splits work over it), prepended here.
+    """
+    spec = soc_spec(soc)
+    lib = load_kernel(kernel)
+    lib.ascend_spec_hm_configure(spec.ub_bytes, int(reverse_blocks))
+    lib.ascend_spec_hm_clear_gm()
+    for t in tensors:
+        if t.numel():
+            lib.ascend_spec_hm_register_gm(ctypes.c_void_p(t.data_ptr()), t.numel() * t.element_size())
+    try:
+        fn = getattr(lib, entry)
+        fn.restype = ctypes.c_int
+        status = fn(ctypes.c_uint32(spec.vector_cores), *args)
+    finally:
+        lib.ascend_spec_hm_clear_gm()
+    if status != 0:
+        message = lib.ascend_spec_hm_last_error().decode(errors="replace")
+        raise RuntimeError(f"AscendC host model: {kernel}: {message}")

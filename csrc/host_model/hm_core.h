@@ -1,0 +1,112 @@
+// Host model of the AscendC kernel API: core definitions (qualifiers, scalar types, errors, GM registry, the
+// per-launch configuration). See docs/host_model.md for what is modelled and what is not.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+// Kernel-side qualifiers of the AscendC dialect become plain C++ on the host.
+#define __aicore__
+#define __global__
+#define __gm__
+#define __ubuf__
+#ifndef GM_ADDR
+#define GM_ADDR uint8_t *
+#endif
+
+// The host model compiles the AI Core vector path of an A2/A3-class chip (dav-c220).
+#ifndef __CCE_AICORE__
+#define __CCE_AICORE__ 220
+#endif
+
+using half = _Float16;
+
+// bfloat16 as the chip stores it: the top 16 bits of an fp32, rounded to nearest even on conversion.
+struct bfloat16_t {
+    uint16_t bits = 0;
+    bfloat16_t() = default;
+    bfloat16_t(float value) { bits = FromFloat(value); }  // NOLINT: implicit like the device type
+    operator float() const {
+        uint32_t u = static_cast<uint32_t>(bits) << 16;
+        float f;
+        std::memcpy(&f, &u, sizeof(f));
+        return f;
+    }
+    static uint16_t FromFloat(float value) {
+        uint32_t u;
+        std::memcpy(&u, &value, sizeof(u));
+        if (std::isnan(value)) return static_cast<uint16_t>((u >> 16) | 0x40);
+        uint32_t rounding = 0x7FFF + ((u >> 16) & 1);
+        return static_cast<uint16_t>((u + rounding) >> 16);
+    }
+};
+
+namespace AscendC {
+
+// A kernel broke a rule the chip enforces (or would corrupt memory on it). Raised inside a block, reported by
+// the launcher with the block index; the Python side turns it into a RuntimeError.
+class HostModelError : public std::runtime_error {
+public:
+    explicit HostModelError(const std::string &what) : std::runtime_error(what) {}
+};
+
+namespace host_model {
+
+constexpr uint32_t kBlockBytes = 32;  // DataCopy / UB operand granularity ("dataBlock")
+
+struct GmRegion {
+    uintptr_t begin;
+    uintptr_t end;
+};
+
+// Per-library state; the launcher is single-threaded (blocks run one after another).
+struct State {
+    uint64_t ubBytes = 192 * 1024;  // Unified Buffer per vector core (910B: 192 KiB)
+    bool reverseBlocks = false;     // run blocks last-to-first to expose order dependence
+    std::vector<GmRegion> gm;       // every GM buffer the launch may touch
+    int64_t blockIdx = 0;
+    int64_t blockNum = 1;
+    std::string deferredError;      // errors found in destructors (cannot throw there)
+    std::string lastError;
+};
+
+inline State &GetState() {
+    static State state;
+    return state;
+}
+
+[[noreturn]] inline void Fail(const std::string &msg) { throw HostModelError(msg); }
+
+inline void Require(bool ok, const std::string &msg) {
+    if (!ok) Fail(msg);
+}
+
+// Every GM access must lie inside a registered tensor: a kernel that would write (or read) a slot it does not
+// own fails here instead of corrupting a neighbour's memory on the chip.
+inline void CheckGm(const void *ptr, uint64_t bytes, const char *what) {
+    const State &s = GetState();
+    if (s.gm.empty() || bytes == 0) return;
+    auto begin = reinterpret_cast<uintptr_t>(ptr);
+    for (const GmRegion &r : s.gm) {
+        if (begin >= r.begin && begin + bytes <= r.end) return;
+    }
+    std::ostringstream os;
+    os << what << ": " << bytes << " bytes at GM address 0x" << std::hex << begin
+       << " fall outside every tensor passed to the kernel";
+    Fail(os.str());
+}
+
+inline uint64_t AlignUp(uint64_t value, uint64_t align) { return (value + align - 1) / align * align; }
+
+}  // namespace host_model
+
+inline int64_t GetBlockIdx() { return host_model::GetState().blockIdx; }
+inline int64_t GetBlockNum() { return host_model::GetState().blockNum; }
+
+}  // namespace AscendC

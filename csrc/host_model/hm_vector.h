@@ -1,0 +1,192 @@
+// Host model: the vector instructions the kernels use (level-2, count-based forms). Operands must be UB
+// tensors at 32-byte aligned addresses holding `count` elements; element types are those the A2/A3 vector unit
+// computes in (half, float, int16_t, int32_t; bfloat16 only through Cast). Add a function here only with the
+// exact documented AscendC signature (cannmirror/asc-devkit docs/api/context/<Name>.md).
+#pragma once
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+#include "hm_tensor.h"
+
+namespace AscendC {
+
+enum class RoundMode { CAST_NONE = 0, CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND, CAST_TRUNC, CAST_ODD };
+
+namespace host_model {
+
+template <typename T>
+constexpr bool kVectorType = std::is_same_v<T, half> || std::is_same_v<T, float> ||
+                             std::is_same_v<T, int16_t> || std::is_same_v<T, int32_t>;
+
+template <typename T>
+void CheckOperand(const LocalTensor<T> &t, int64_t count, const char *what) {
+    Require(count >= 0, std::string(what) + ": negative count");
+    t.CheckAligned(what);
+    t.CheckRange(0, static_cast<uint64_t>(count), what);
+}
+
+template <typename T, typename F>
+void Unary(const LocalTensor<T> &dst, const LocalTensor<T> &src, int64_t count, const char *what, F fn) {
+    static_assert(kVectorType<T>, "vector instructions take half, float, int16_t or int32_t operands");
+    CheckOperand(dst, count, what);
+    CheckOperand(src, count, what);
+    T *d = dst.Data();
+    const T *s = src.Data();
+    for (int64_t i = 0; i < count; ++i) d[i] = fn(s[i]);
+}
+
+template <typename T, typename F>
+void Binary(const LocalTensor<T> &dst, const LocalTensor<T> &a, const LocalTensor<T> &b, int64_t count,
+            const char *what, F fn) {
+    static_assert(kVectorType<T>, "vector instructions take half, float, int16_t or int32_t operands");
+    CheckOperand(dst, count, what);
+    CheckOperand(a, count, what);
+    CheckOperand(b, count, what);
+    T *d = dst.Data();
+    const T *x = a.Data();
+    const T *y = b.Data();
+    for (int64_t i = 0; i < count; ++i) d[i] = fn(x[i], y[i]);
+}
+
+template <typename T>
+float ToFloat(T v) {
+    return static_cast<float>(v);
+}
+
+template <typename T>
+T RoundTo(double v, RoundMode mode) {
+    if constexpr (std::is_integral_v<T>) {
+        double r = v;
+        switch (mode) {
+            case RoundMode::CAST_FLOOR: r = std::floor(v); break;
+            case RoundMode::CAST_CEIL: r = std::ceil(v); break;
+            case RoundMode::CAST_ROUND: r = std::round(v); break;
+            case RoundMode::CAST_TRUNC: r = std::trunc(v); break;
+            default: r = std::nearbyint(v); break;
+        }
+        r = std::clamp(r, double(std::numeric_limits<T>::lowest()), double(std::numeric_limits<T>::max()));
+        return static_cast<T>(r);
+    } else {
+        return static_cast<T>(static_cast<float>(v));
+    }
+}
+
+}  // namespace host_model
+
+template <typename T>
+void Duplicate(const LocalTensor<T> &dst, const T &scalarValue, const int32_t &calCount) {
+    static_assert(host_model::kVectorType<T>, "Duplicate takes half, float, int16_t or int32_t");
+    host_model::CheckOperand(dst, calCount, "Duplicate");
+    std::fill(dst.Data(), dst.Data() + calCount, scalarValue);
+}
+
+template <typename T>
+void CreateVecIndex(LocalTensor<T> dst, const T &firstValue, uint32_t calCount) {
+    static_assert(host_model::kVectorType<T>, "CreateVecIndex takes half, float, int16_t or int32_t");
+    host_model::CheckOperand(dst, calCount, "CreateVecIndex");
+    for (uint32_t i = 0; i < calCount; ++i) dst.Data()[i] = static_cast<T>(firstValue + static_cast<T>(i));
+}
+
+#define ASCEND_SPEC_HM_SCALAR_OP(NAME, EXPR)                                                                   \
+    template <typename T>                                                                                     \
+    void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src, const T &scalarValue,                    \
+              const int32_t &calCount) {                                                                      \
+        host_model::Unary(dst, src, calCount, #NAME, [&](T x) { return static_cast<T>(EXPR); });              \
+    }
+ASCEND_SPEC_HM_SCALAR_OP(Adds, x + scalarValue)
+ASCEND_SPEC_HM_SCALAR_OP(Muls, x * scalarValue)
+ASCEND_SPEC_HM_SCALAR_OP(Maxs, x > scalarValue ? x : scalarValue)
+ASCEND_SPEC_HM_SCALAR_OP(Mins, x < scalarValue ? x : scalarValue)
+#undef ASCEND_SPEC_HM_SCALAR_OP
+
+#define ASCEND_SPEC_HM_BINARY_OP(NAME, EXPR)                                                                   \
+    template <typename T>                                                                                     \
+    void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src0, const LocalTensor<T> &src1,             \
+              const int32_t &calCount) {                                                                      \
+        host_model::Binary(dst, src0, src1, calCount, #NAME, [](T x, T y) { return static_cast<T>(EXPR); }); \
+    }
+ASCEND_SPEC_HM_BINARY_OP(Add, x + y)
+ASCEND_SPEC_HM_BINARY_OP(Sub, x - y)
+ASCEND_SPEC_HM_BINARY_OP(Mul, x * y)
+ASCEND_SPEC_HM_BINARY_OP(Div, x / y)
+ASCEND_SPEC_HM_BINARY_OP(Max, x > y ? x : y)
+ASCEND_SPEC_HM_BINARY_OP(Min, x < y ? x : y)
+#undef ASCEND_SPEC_HM_BINARY_OP
+
+#define ASCEND_SPEC_HM_UNARY_FLOAT_OP(NAME, EXPR)                                                                \
+    template <typename T>                                                                                       \
+    void NAME(const LocalTensor<T> &dst, const LocalTensor<T> &src, const int32_t &calCount) {                 \
+        static_assert(std::is_same_v<T, half> || std::is_same_v<T, float>, #NAME " takes half or float");      \
+        host_model::Unary(dst, src, calCount, #NAME, [](T v) {                                                  \
+            float x = static_cast<float>(v);                                                                    \
+            return static_cast<T>(EXPR);                                                                        \
+        });                                                                                                     \
+    }
+ASCEND_SPEC_HM_UNARY_FLOAT_OP(Exp, std::exp(x))
+ASCEND_SPEC_HM_UNARY_FLOAT_OP(Ln, std::log(x))
+ASCEND_SPEC_HM_UNARY_FLOAT_OP(Sqrt, std::sqrt(x))
+ASCEND_SPEC_HM_UNARY_FLOAT_OP(Reciprocal, 1.0f / x)
+ASCEND_SPEC_HM_UNARY_FLOAT_OP(Relu, x > 0.0f ? x : 0.0f)
+#undef ASCEND_SPEC_HM_UNARY_FLOAT_OP
+
+template <typename T>
+void Abs(const LocalTensor<T> &dst, const LocalTensor<T> &src, const int32_t &calCount) {
+    host_model::Unary(dst, src, calCount, "Abs", [](T x) { return x < T(0) ? static_cast<T>(-x) : x; });
+}
+
+// Cast between the vector unit's types (bfloat16_t included); float->int honours the round mode.
+template <typename T1, typename T2>
+void Cast(const LocalTensor<T1> &dst, const LocalTensor<T2> &src, const RoundMode &roundMode,
+          const uint32_t calCount) {
+    host_model::CheckOperand(dst, calCount, "Cast");
+    host_model::CheckOperand(src, calCount, "Cast");
+    for (uint32_t i = 0; i < calCount; ++i) {
+        double v = static_cast<double>(static_cast<float>(src.Data()[i]));
+        if constexpr (std::is_integral_v<T2>) v = static_cast<double>(src.Data()[i]);
+        dst.Data()[i] = host_model::RoundTo<T1>(v, roundMode);
+    }
+}
+
+// dst[0] = max(src[0:count]); with calIndex, dst[1] holds the index of the first maximum (bit pattern of an
+// integer stored in T, as on the chip).
+template <typename T>
+void ReduceMax(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LocalTensor<T> &sharedTmpBuffer,
+               const int32_t count, bool calIndex = 0) {
+    static_assert(std::is_same_v<T, half> || std::is_same_v<T, float>, "ReduceMax takes half or float");
+    host_model::Require(count >= 1, "ReduceMax: count must be >= 1");
+    host_model::CheckOperand(src, count, "ReduceMax");
+    host_model::CheckOperand(dst, calIndex ? 2 : 1, "ReduceMax");
+    host_model::CheckOperand(sharedTmpBuffer, 1, "ReduceMax workspace");
+    const T *s = src.Data();
+    int32_t best = 0;
+    for (int32_t i = 1; i < count; ++i) {
+        if (static_cast<float>(s[i]) > static_cast<float>(s[best])) best = i;
+    }
+    dst.Data()[0] = s[best];
+    if (calIndex) {
+        if constexpr (sizeof(T) == 4) {
+            uint32_t idx = static_cast<uint32_t>(best);
+            std::memcpy(&dst.Data()[1], &idx, sizeof(idx));
+        } else {
+            uint16_t idx = static_cast<uint16_t>(best);
+            std::memcpy(&dst.Data()[1], &idx, sizeof(idx));
+        }
+    }
+}
+
+template <typename T>
+void ReduceSum(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LocalTensor<T> &sharedTmpBuffer,
+               const int32_t count) {
+    static_assert(std::is_same_v<T, half> || std::is_same_v<T, float>, "ReduceSum takes half or float");
+    host_model::Require(count >= 1, "ReduceSum: count must be >= 1");
+    host_model::CheckOperand(src, count, "ReduceSum");
+    host_model::CheckOperand(dst, 1, "ReduceSum");
+    host_model::CheckOperand(sharedTmpBuffer, 1, "ReduceSum workspace");
+    float acc = 0.0f;
+    for (int32_t i = 0; i < count; ++i) acc += static_cast<float>(src.Data()[i]);
+    dst.Data()[0] = static_cast<T>(acc);
+}
+
+}  // namespace AscendC

@@ -1,0 +1,21 @@
+// Host model of the AscendC kernel API (the subset ascend-spec's kernels use).
+//
+// With `-I csrc/host_model -DASCEND_SPEC_HOST_MODEL` this header stands in for CANN's kernel_operator.h, so the
+// unchanged kernel sources in csrc/kernels/ compile with g++ and run on the CPU block by block. It enforces what
+// the chip enforces (UB capacity per core, 32-byte DataCopy lengths and UB operand alignment, TQue
+// Alloc/EnQue/DeQue/Free discipline, SetFlag/WaitFlag pairing, GM accesses inside the kernel's tensors) and models
+// nothing about timing, bank conflicts or pipe concurrency. See docs/host_model.md.
+#pragma once
+
+#ifndef ASCEND_SPEC_HOST_MODEL
+#error "csrc/host_model/kernel_operator.h is the CPU host model; NPU builds must use CANN's kernel_operator.h"
+#endif
+
+#include "hm_core.h"
+#include "hm_tensor.h"
+#include "hm_pipe.h"
+#include "hm_datacopy.h"
+#include "hm_vector.h"
+#include "hm_launch.h"
+
+ASCEND_SPEC_HOST_MODEL_RUNTIME
