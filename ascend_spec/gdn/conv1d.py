@@ -1,0 +1,365 @@
+"""Causal conv1d verification with deferred commit: one conv state slot per request, ragged draft lengths.
+
+The short causal conv in front of a Gated DeltaNet layer keeps, per request, the last ``W-1`` inputs as state.
+Verifying drafts runs the conv over ``[bonus, d_1 .. d_n]``; only the accepted prefix may enter the state, and
+acceptance is known only after sampling. Instead of keeping ``1+K`` states (or a ``W-1+K`` wide state that
+every kernel slides), a verify call *records* its inputs per state slot. The caller then sets ``pending[b]`` =
+accepted tokens, and the next verify call (or :func:`flush_conv_pending`) commits them: the new state is the
+last ``W-1`` entries of ``(pool state ++ recorded x[:pending])``, a pure copy, so the commit is exact in every
+dtype.
+
+Protocol (shared with :mod:`ascend_spec.gdn` recurrence, see docs/gdn.md):
+
+* ``records`` are keyed by state slot, so batch order may change from step to step.
+* ``pending`` is int32 ``[B]`` aligned with this call's ``state_indices``; 0 = nothing pending. Verify never
+  modifies it; :func:`flush_conv_pending` zeroes it unless ``reset_pending=False`` (multi-layer callers).
+* Rows of length 0 leave state and records untouched; rows with state index -1 (graph padding) write nothing
+  and produce zeros.
+* Kernels clamp ``pending`` to what is recorded (never reading stale records); with value checks on, a pending
+  count above the recorded count is a ValueError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ascend_spec.backend import resolve_backend, value_checks_enabled
+from ascend_spec.checks import FLOAT_DTYPES, INDEX_DTYPES, check_choice, check_positive_int, check_tensor
+
+ACTIVATIONS = (None, "silu", "swish")
+
+# Record dtypes that hold each input dtype exactly (the commit must be a lossless copy).
+_EXACT_HOLDERS = {
+    torch.float32: (torch.float32,),
+    torch.bfloat16: (torch.bfloat16, torch.float32),
+    torch.float16: (torch.float16, torch.float32),
+}
+
+
+@dataclass
+class ConvRecords:
+    """Per state slot: the inputs of its last verify call (``x [S, L, C]``) and how many were recorded."""
+
+    x: torch.Tensor
+    num_recorded: torch.Tensor
+    width: int
+
+    @property
+    def num_slots(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def max_tokens_per_step(self) -> int:
+        return self.x.shape[1]
+
+    @property
+    def channels(self) -> int:
+        return self.x.shape[2]
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+    @property
+    def nbytes(self) -> int:
+        return self.x.numel() * self.x.element_size() + self.num_recorded.numel() * 4
+
+
+def allocate_conv_records(
+    num_slots: int,
+    max_tokens_per_step: int,
+    channels: int,
+    width: int,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.bfloat16,
+) -> ConvRecords:
+    """Records for ``num_slots`` state slots and up to ``max_tokens_per_step`` tokens per request and call.
+
+    ``dtype`` must hold the conv inputs exactly (bf16 inputs: bf16 or fp32 records; fp32 inputs: fp32).
+    Memory: ``num_slots * max_tokens_per_step * channels * dtype size`` plus 4 bytes per slot.
+    """
+    check_positive_int("num_slots", num_slots)
+    check_positive_int("max_tokens_per_step", max_tokens_per_step)
+    check_positive_int("channels", channels)
+    check_positive_int("width", width, minimum=2)
+    check_choice("dtype", dtype, FLOAT_DTYPES)
+    x = torch.zeros(num_slots, max_tokens_per_step, channels, dtype=dtype, device=device)
+    num_recorded = torch.zeros(num_slots, dtype=torch.int32, device=x.device)
+    return ConvRecords(x=x, num_recorded=num_recorded, width=width)
+
+
+# --------------------------------------------------------------------------------------------------- checks
+
+
+def _check_records(records: object, pool: torch.Tensor) -> ConvRecords:
+    if not isinstance(records, ConvRecords):
+        raise ValueError(
+            f"records must be a ConvRecords from allocate_conv_records; got {type(records).__name__}"
+        )
+    num_slots, channels, wm1 = pool.shape
+    if records.num_slots != num_slots or records.channels != channels or records.width - 1 != wm1:
+        raise ValueError(
+            f"records (slots={records.num_slots}, channels={records.channels}, width={records.width}) do not "
+            f"match conv_state_pool [S={num_slots}, C={channels}, W-1={wm1}]"
+        )
+    if records.x.device != pool.device:
+        raise ValueError(f"records are on {records.x.device} but conv_state_pool is on {pool.device}")
+    return records
+
+
+def _check_rows(
+    state_indices: torch.Tensor, pending: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    check_tensor("state_indices", state_indices, ndim=1, dtypes=INDEX_DTYPES, device=device)
+    check_tensor("pending", pending, ndim=1, dtypes=(torch.int32,), device=device)
+    if pending.shape[0] != state_indices.shape[0]:
+        raise ValueError(
+            f"pending must have one entry per state_indices row ({state_indices.shape[0]}); "
+            f"got shape {list(pending.shape)}"
+        )
+    return state_indices, pending
+
+
+def _check_row_values(
+    state_indices: torch.Tensor, pending: torch.Tensor, records: ConvRecords, active: torch.Tensor
+) -> None:
+    """Value checks (host sync): slots in range and distinct, pending within what each slot recorded."""
+    num_slots = records.num_slots
+    bad = (state_indices < -1) | (state_indices >= num_slots)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"state_indices[{i}] = {int(state_indices[i])} is out of range [-1, {num_slots}) (-1 = padding)"
+        )
+    used = state_indices[state_indices >= 0]
+    if used.numel() != torch.unique(used).numel():
+        raise ValueError(f"state_indices must not repeat a state slot; got {state_indices.tolist()}")
+    if bool((pending < 0).any()):
+        raise ValueError(f"pending must be >= 0; got {pending.tolist()}")
+    slot = state_indices.clamp(min=0).long()
+    recorded = records.num_recorded[slot]
+    over = active & (state_indices >= 0) & (pending > recorded)
+    if bool(over.any()):
+        i = int(over.nonzero()[0, 0])
+        raise ValueError(
+            f"pending[{i}] = {int(pending[i])} exceeds the {int(recorded[i])} tokens recorded for state slot "
+            f"{int(state_indices[i])} by its last verify call"
+        )
+
+
+def _check_cu_seqlens(cu_seqlens: torch.Tensor, num_tokens: int, max_len: int) -> None:
+    """Value checks (host sync): starts at 0, non-decreasing, ends at T, no length above record capacity."""
+    if int(cu_seqlens[0]) != 0:
+        raise ValueError(f"cu_seqlens must start at 0; got {int(cu_seqlens[0])}")
+    lens = cu_seqlens[1:] - cu_seqlens[:-1]
+    if bool((lens < 0).any()):
+        raise ValueError(f"cu_seqlens must be non-decreasing; got {cu_seqlens.tolist()}")
+    if int(cu_seqlens[-1]) != num_tokens:
+        raise ValueError(f"cu_seqlens must end at T = {num_tokens} (x rows); got {int(cu_seqlens[-1])}")
+    if lens.numel() and int(lens.max()) > max_len:
+        i = int(lens.argmax())
+        raise ValueError(
+            f"cu_seqlens gives row {i} {int(lens[i])} tokens, above the records' "
+            f"max_tokens_per_step = {max_len}"
+        )
+
+
+def _validate_pool(conv_state_pool: object, device: torch.device | None = None) -> torch.Tensor:
+    pool = check_tensor("conv_state_pool", conv_state_pool, ndim=3, dtypes=FLOAT_DTYPES, device=device)
+    if pool.shape[2] < 1:
+        raise ValueError(
+            f"conv_state_pool must hold W-1 >= 1 inputs per channel; got shape {list(pool.shape)}"
+        )
+    return pool
+
+
+# ------------------------------------------------------------------------------------------------ public ops
+
+
+def verify_causal_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    cu_seqlens: torch.Tensor,
+    conv_state_pool: torch.Tensor,
+    state_indices: torch.Tensor,
+    records: ConvRecords,
+    pending: torch.Tensor,
+    activation: str | None = "silu",
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Commit each row's pending tokens into its conv state, then run the causal conv over this call's tokens.
+
+    ``x [T, C]`` holds the rows' tokens back to back (``cu_seqlens [B+1]``); ``weight [C, W]``; ``bias [C]``
+    or None. Returns ``y [T, C]`` in ``x``'s dtype (fp32 accumulation). Writes each active row's committed
+    state to ``conv_state_pool[state_indices[b]]`` once and records this call's inputs for the next commit.
+    """
+    check_tensor("x", x, ndim=2, dtypes=FLOAT_DTYPES)
+    device = x.device
+    num_tokens, channels = x.shape
+    check_tensor("weight", weight, ndim=2, dtypes=FLOAT_DTYPES, device=device)
+    if weight.shape[0] != channels:
+        raise ValueError(f"weight must have shape [C={channels}, W]; got {list(weight.shape)}")
+    width = weight.shape[1]
+    if width < 2:
+        raise ValueError(f"weight width W must be >= 2 (the state holds W-1 inputs); got {width}")
+    if bias is not None:
+        check_tensor("bias", bias, dtypes=FLOAT_DTYPES, device=device, shape=(channels,))
+    pool = _validate_pool(conv_state_pool, device)
+    if pool.shape[1] != channels or pool.shape[2] != width - 1:
+        raise ValueError(
+            f"conv_state_pool must have shape [S, C={channels}, W-1={width - 1}]; got {list(pool.shape)}"
+        )
+    records = _check_records(records, pool)
+    if x.dtype not in _EXACT_HOLDERS or records.x.dtype not in _EXACT_HOLDERS[x.dtype]:
+        raise ValueError(
+            f"records hold {records.x.dtype}, which cannot store x ({x.dtype}) exactly; allocate them with "
+            f"allocate_conv_records(..., dtype={x.dtype})"
+        )
+    check_tensor("cu_seqlens", cu_seqlens, ndim=1, dtypes=INDEX_DTYPES, device=device)
+    _check_rows(state_indices, pending, device)
+    if cu_seqlens.shape[0] != state_indices.shape[0] + 1:
+        raise ValueError(
+            f"cu_seqlens must have B+1 = {state_indices.shape[0] + 1} entries (B = state_indices rows); "
+            f"got {cu_seqlens.shape[0]}"
+        )
+    check_choice("activation", activation, ACTIVATIONS)
+    if value_checks_enabled(device):
+        _check_cu_seqlens(cu_seqlens, num_tokens, records.max_tokens_per_step)
+        active = (cu_seqlens[1:] - cu_seqlens[:-1]) > 0
+        _check_row_values(state_indices, pending, records, active)
+
+    silu = activation is not None
+    which = resolve_backend(backend, device, op="verify_causal_conv1d")
+    if which == "triton":
+        from ascend_spec.gdn._triton_conv1d import verify_conv1d_triton
+
+        return verify_conv1d_triton(x, weight, bias, cu_seqlens, pool, state_indices, records, pending, silu)
+    if which == "ascendc":
+        from ascend_spec.gdn._ascendc_conv1d import verify_conv1d_ascendc
+
+        return verify_conv1d_ascendc(x, weight, bias, cu_seqlens, pool, state_indices, records, pending, silu)
+    return _verify_reference(x, weight, bias, cu_seqlens, pool, state_indices, records, pending, silu)
+
+
+def flush_conv_pending(
+    conv_state_pool: torch.Tensor,
+    state_indices: torch.Tensor,
+    records: ConvRecords,
+    pending: torch.Tensor,
+    *,
+    reset_pending: bool = True,
+    backend: str = "auto",
+) -> None:
+    """Commit every row's pending tokens into its conv state (preemption, finish, prefix caching).
+
+    Rows with state index -1 are skipped. Flushed slots get ``num_recorded = 0`` so the same records can never
+    be committed twice; ``pending`` is zeroed unless ``reset_pending=False`` (a multi-layer caller flushes
+    every layer's records with the shared ``pending`` and zeroes it once at the end).
+    """
+    pool = _validate_pool(conv_state_pool)
+    device = pool.device
+    records = _check_records(records, pool)
+    _check_rows(state_indices, pending, device)
+    if not isinstance(reset_pending, bool):
+        raise ValueError(f"reset_pending must be a bool; got {reset_pending!r}")
+    if value_checks_enabled(device):
+        _check_row_values(state_indices, pending, records, torch.ones_like(pending, dtype=torch.bool))
+    which = resolve_backend(backend, device, op="flush_conv_pending")
+    if which == "triton":
+        from ascend_spec.gdn._triton_conv1d import flush_conv_triton
+
+        flush_conv_triton(pool, state_indices, records, pending, reset_pending)
+    elif which == "ascendc":
+        from ascend_spec.gdn._ascendc_conv1d import flush_conv_ascendc
+
+        flush_conv_ascendc(pool, state_indices, records, pending, reset_pending)
+    else:
+        _flush_reference(pool, state_indices, records, pending, reset_pending)
+
+
+# ------------------------------------------------------------------------------------------------- reference
+
+
+def _committed_states(
+    pool: torch.Tensor, slot: torch.Tensor, records: ConvRecords, pending: torch.Tensor
+) -> torch.Tensor:
+    """``[B, W-1, C]``: last W-1 of (pool[slot] ++ recorded x[:p]), p clamped to what each slot recorded."""
+    wm1 = pool.shape[2]
+    old = pool[slot].transpose(1, 2).to(torch.float32)  # [B, W-1, C]
+    rec = records.x[slot].to(torch.float32)  # [B, L, C]
+    p = torch.minimum(pending.long().clamp(min=0), records.num_recorded[slot].long())
+    window = torch.cat([old, rec], dim=1)  # [B, W-1+L, C]
+    pos = p[:, None] + torch.arange(wm1, device=pool.device)[None, :]  # [B, W-1]
+    return torch.gather(window, 1, pos[:, :, None].expand(-1, -1, window.shape[2]))
+
+
+def _verify_reference(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    cu_seqlens: torch.Tensor,
+    pool: torch.Tensor,
+    state_indices: torch.Tensor,
+    records: ConvRecords,
+    pending: torch.Tensor,
+    silu: bool,
+) -> torch.Tensor:
+    """Vectorised oracle: lay each row out as (committed state ++ its tokens), gather W taps per token."""
+    device = x.device
+    num_tokens, channels = x.shape
+    wm1 = weight.shape[1] - 1
+    nrows = state_indices.shape[0]
+    cu = cu_seqlens.long()
+    lens = cu[1:] - cu[:-1]
+    slot = state_indices.long()
+    active = (slot >= 0) & (lens > 0)
+    safe = slot.clamp(min=0)
+    committed = _committed_states(pool, safe, records, pending)  # [B, W-1, C] fp32
+
+    # Extended layout: row b's committed state sits right before its tokens. Token t moves to t + (b+1)(W-1).
+    row_of_token = torch.repeat_interleave(torch.arange(nrows, device=device), lens, output_size=num_tokens)
+    ext = torch.empty(num_tokens + nrows * wm1, channels, dtype=torch.float32, device=device)
+    tok_pos = torch.arange(num_tokens, device=device) + (row_of_token + 1) * wm1
+    ext[tok_pos] = x.to(torch.float32)
+    state_pos = (cu[:-1] + torch.arange(nrows, device=device) * wm1)[:, None] + torch.arange(
+        wm1, device=device
+    )
+    ext[state_pos.reshape(-1)] = committed.reshape(-1, channels)
+    taps = tok_pos[:, None] - wm1 + torch.arange(wm1 + 1, device=device)[None, :]  # [T, W]
+    y = torch.einsum("twc,cw->tc", ext[taps], weight.to(torch.float32))
+    if bias is not None:
+        y = y + bias.to(torch.float32)
+    if silu:
+        y = F.silu(y)
+    y = torch.where((slot[row_of_token] >= 0)[:, None], y, torch.zeros((), device=device))
+
+    # Writes: committed state once per active row; this call's inputs as the slot's new records.
+    rows = active.nonzero().squeeze(1)
+    pool[slot[rows]] = committed[rows].transpose(1, 2).to(pool.dtype)
+    tok = active[row_of_token].nonzero().squeeze(1)
+    local = tok - cu[row_of_token[tok]]
+    records.x[slot[row_of_token[tok]], local] = x[tok].to(records.x.dtype)
+    records.num_recorded[slot[rows]] = lens[rows].to(torch.int32)
+    return y.to(x.dtype)
+
+
+def _flush_reference(
+    pool: torch.Tensor,
+    state_indices: torch.Tensor,
+    records: ConvRecords,
+    pending: torch.Tensor,
+    reset_pending: bool,
+) -> None:
+    slot = state_indices.long()
+    rows = ((slot >= 0) & (pending > 0)).nonzero().squeeze(1)
+    committed = _committed_states(pool, slot[rows], records, pending[rows])
+    pool[slot[rows]] = committed.transpose(1, 2).to(pool.dtype)
+    records.num_recorded[slot[slot >= 0]] = 0
+    if reset_pending:
+        pending.zero_()
