@@ -1,0 +1,63 @@
+"""Splitting a verify budget of T drafts across requests (the controller's own reference).
+
+The rule: the T greatest survivals in the whole [B, K] matrix win (ties go to the lower request, then the lower
+position), and each request verifies as many drafts as it won. Survivals are cumulative products of confidences,
+so they never rise along a row and every request's winners are a prefix of its drafts.
+
+``ascend_spec.ops.allocate_verify_budget`` (the ops package) implements the same rule on every backend without
+reading device values; :func:`split_budget` uses it when it is importable and falls back to the vectorised
+reference here otherwise. The reference also never reads device values when ``total_budget`` is a host int.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class BudgetSplit:
+    """Per-request verify lengths and the offsets that delimit them in the target's input."""
+
+    num_drafts: torch.Tensor  # [B] int32, admitted drafts per request (a prefix)
+    query_lens: torch.Tensor  # [B] int32, num_drafts + 1 (the bonus token)
+    query_start_loc: torch.Tensor  # [B + 1] int32, exclusive cumsum of query_lens
+    allocator: str  # "ops" (ascend_spec.ops.allocate_verify_budget) or "reference"
+
+
+def reference_split(survival: torch.Tensor, total_budget: int) -> BudgetSplit:
+    """Take the ``total_budget`` best survivals (stable sort: ties -> lower request, lower position); count."""
+    b, k = survival.shape
+    t = max(0, min(int(total_budget), b * k))
+    flat = survival.reshape(-1).float()
+    order = torch.sort(flat, descending=True, stable=True).indices[:t]
+    num = torch.bincount(torch.div(order, k, rounding_mode="floor"), minlength=b).to(torch.int32)
+    return finish_split(num, "reference")
+
+
+def finish_split(num_drafts: torch.Tensor, allocator: str) -> BudgetSplit:
+    lens = (num_drafts + 1).to(torch.int32)
+    loc = torch.zeros(lens.numel() + 1, dtype=torch.int32, device=lens.device)
+    loc[1:] = torch.cumsum(lens, 0)
+    return BudgetSplit(num_drafts.to(torch.int32), lens, loc, allocator)
+
+
+def ops_allocator():
+    """``ascend_spec.ops.allocate_verify_budget`` when the ops package provides it, else None."""
+    try:
+        from ascend_spec import ops
+    except ImportError:
+        return None
+    return getattr(ops, "allocate_verify_budget", None)
+
+
+def split_budget(survival: torch.Tensor, total_budget: int, *, backend: str = "auto") -> BudgetSplit:
+    """The on-device split (async mode): the ops implementation when available, else the reference."""
+    alloc = ops_allocator()
+    if alloc is None:
+        return reference_split(survival, total_budget)
+    if survival.dtype == torch.float64:  # the ops take the drafter's dtypes (fp32/fp16/bf16)
+        survival = survival.float()
+    out = alloc(survival, int(total_budget), backend=backend)
+    return finish_split(out.num_drafts, "ops")

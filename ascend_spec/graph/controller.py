@@ -1,0 +1,351 @@
+"""The verify-budget controller: how many drafted candidates the target verifies this step.
+
+For a batch of B requests the drafter runs B * Q tokens (Q = drafter tokens per request) and proposes K drafts
+per request, each with a survival p (the probability that it and every draft before it are accepted). Verifying T
+of them costs D(B*Q) + V(B+T), each read from its cost profile after padding to the graph bucket, and yields
+B + (sum of the T best survivals) tokens on average (the B bonus tokens plus the expected accepted drafts). The
+controller picks the T minimising time per token, [D(B*Q) + V(B+T)] / (B + S_T), and compares it with plain
+decoding, V(B) / B: it never plans a step that is slower per token than not speculating.
+
+Only bucket boundaries need searching: inside a bucket extra tokens are free and S_T only grows, so the best T in
+a bucket is the one that fills it (capped at B*K). Above the largest bucket the eager cost is linear in T, so
+every T there is a candidate. See docs/controller.md for the rule, the per-position thresholds and the modes.
+
+Modes: "sync" (the seed's V1) reads the survivals back to the host, searches, and returns the split. "async"
+(V2) fixes T before the drafter runs from the recent chosen totals (:meth:`predict_total`), so the target's input
+size B + T is known to the host in advance; the split then happens on the device, and this step's own best total
+is computed on the device too and recorded for later steps without the host waiting for it.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ascend_spec.backend import value_checks_enabled
+from ascend_spec.checks import check_choice, check_tensor
+from ascend_spec.graph.allocation import BudgetSplit, finish_split, reference_split, split_budget
+from ascend_spec.graph.buckets import _as_count
+from ascend_spec.graph.cost_profile import CostProfile
+
+SURVIVAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """One step's decision. ``expected_tokens`` is a float in sync mode and a 0-dim device tensor in async mode
+    (reading it would synchronise); everything else the host needs is a host value in both modes."""
+
+    speculate: bool
+    total_budget: int
+    num_drafts: torch.Tensor
+    query_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    expected_tokens: float | torch.Tensor
+    expected_cost: float
+    num_reqs: int
+    target_tokens: int  # B + T (B when not speculating)
+    target_bucket: int | None  # graph that runs them; None = eager
+    draft_tokens: int  # B * Q (0 when not speculating)
+    draft_bucket: int | None
+    mode: str
+    allocator: str
+
+    @property
+    def tokens_per_second(self) -> float:
+        return float(self.expected_tokens) / self.expected_cost * 1e3 if self.expected_cost > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class ThresholdRow:
+    """Uniform depth k -> k+1 for every request: p_{k+1} must exceed G(k) * dC / C(k)."""
+
+    k: int
+    target_tokens: int
+    target_bucket: int | None
+    cost: float  # C(k) = D(B*Q) + V(B*(1+k))
+    delta_cost: float  # C(k+1) - C(k)
+    ratio: float  # dC / C(k): the threshold per unit of G(k)
+    gain: float | None = None  # G(k) = 1 + p_1 + ... + p_k per request, when survivals were given
+    threshold: float | None = None  # G(k) * dC / C(k)
+    next_survival: float | None = None  # p_{k+1}
+    add: bool | None = None  # p_{k+1} > threshold
+
+
+@dataclass(frozen=True)
+class Explanation:
+    num_reqs: int
+    draft_cost: float
+    plain_cost: float
+    rows: list[ThresholdRow] = field(default_factory=list)
+
+    def format(self) -> str:
+        lines = [
+            f"B={self.num_reqs}: D(B*Q)={self.draft_cost:.3f}, plain V(B)={self.plain_cost:.3f} "
+            f"({self.num_reqs / self.plain_cost * 1e3:.1f} tok/s)",
+            "  k  target  bucket     C(k)    dC  dC/C(k)    G(k)  p_{k+1} > threshold",
+        ]
+        for r in self.rows:
+            bucket = "eager" if r.target_bucket is None else str(r.target_bucket)
+            head = (
+                f"{r.k:3d} {r.target_tokens:7d} {bucket:>7} {r.cost:8.2f} {r.delta_cost:5.1f} {r.ratio:8.4f}"
+            )
+            if r.gain is None:
+                lines.append(head)
+            else:
+                verdict = "add" if r.add else "stop"
+                lines.append(f"{head} {r.gain:7.3f}  {r.next_survival:.3f} > {r.threshold:.3f}: {verdict}")
+        return "\n".join(lines)
+
+    __str__ = format
+
+
+class BudgetController:
+    """Chooses the verify budget T per step from the drafter's and the target's step-function cost profiles."""
+
+    def __init__(
+        self,
+        draft_cost: CostProfile,
+        verify_cost: CostProfile,
+        *,
+        max_drafts: int,
+        draft_tokens_per_request: int,
+        mode: str = "sync",
+        history: int = 3,
+        backend: str = "auto",
+    ) -> None:
+        if not isinstance(draft_cost, CostProfile):
+            raise ValueError(f"draft_cost must be a CostProfile; got {type(draft_cost).__name__}")
+        if not isinstance(verify_cost, CostProfile):
+            raise ValueError(f"verify_cost must be a CostProfile; got {type(verify_cost).__name__}")
+        self.draft_cost = draft_cost
+        self.verify_cost = verify_cost
+        self.max_drafts = _as_count("max_drafts", max_drafts)
+        self.draft_tokens_per_request = _as_count("draft_tokens_per_request", draft_tokens_per_request)
+        self.mode = check_choice("mode", mode, ("sync", "async"))
+        self.history = _as_count("history", history)
+        self.backend = backend
+        self._totals: collections.deque[int] = collections.deque(maxlen=self.history)
+        self._pending: list[tuple[torch.Tensor, object]] = []
+        self._tables: dict[int, tuple[list[int], list[float], float, float]] = {}
+        self._device_tables: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+        self.last_num_reqs: int | None = None
+
+    # -- cost tables ---------------------------------------------------------------------------------------
+    def candidates(self, num_reqs: int) -> list[int]:
+        """Budgets worth evaluating at B = num_reqs: every bucket's fill point, and every T in the eager range."""
+        return self._table(num_reqs)[0]
+
+    def _table(self, b: int) -> tuple[list[int], list[float], float, float]:
+        if b in self._tables:
+            return self._tables[b]
+        max_t = b * self.max_drafts
+        cands: set[int] = set()
+        for size in self.verify_cost.buckets.sizes_above(b):
+            t = min(size - b, max_t)
+            cands.add(t)
+            if t == max_t:
+                break
+        largest = self.verify_cost.buckets.largest
+        if b + max_t > largest:
+            cands.update(range(max(largest - b + 1, 1), max_t + 1))
+        ts = sorted(cands)
+        d = self.draft_cost.cost(b * self.draft_tokens_per_request)
+        costs = [d + self.verify_cost.cost(b + t) for t in ts]
+        table = (ts, costs, self.verify_cost.cost(b), d)
+        self._tables[b] = table
+        return table
+
+    def step_cost(self, num_reqs: int, total_budget: int) -> float:
+        """D(B*Q) + V(B+T) for T > 0; V(B) for T = 0 (plain decoding: the drafter does not run)."""
+        b = _as_count("num_reqs", num_reqs)
+        t = _as_count("total_budget", total_budget, minimum=0)
+        if t == 0:
+            return self.verify_cost.cost(b)
+        return self.draft_cost.cost(b * self.draft_tokens_per_request) + self.verify_cost.cost(b + t)
+
+    # -- history (async) -----------------------------------------------------------------------------------
+    def record_total(self, total: int) -> None:
+        """Remember a chosen total (plan() records its own; engines may record totals chosen elsewhere)."""
+        self._totals.append(_as_count("total", total, minimum=0))
+
+    @property
+    def recent_totals(self) -> list[int]:
+        self._resolve_pending()
+        return list(self._totals)
+
+    def predict_total(self, num_reqs: int) -> int:
+        """Mean of the last ``history`` totals, rounded up, capped at B*K (B*K before any history)."""
+        b = _as_count("num_reqs", num_reqs)
+        self._resolve_pending()
+        cap = b * self.max_drafts
+        if not self._totals:
+            return cap
+        return min(-(-sum(self._totals) // len(self._totals)), cap)
+
+    def planned_total(self, num_reqs: int) -> int:
+        """The total an async plan uses: predict_total, grown to fill its graph bucket (same graph, more drafts)."""
+        b = _as_count("num_reqs", num_reqs)
+        t = self.predict_total(b)
+        if t == 0:
+            return 0
+        bucket = self.verify_cost.buckets.pad(b + t)
+        return t if bucket is None else min(bucket - b, b * self.max_drafts)
+
+    def _resolve_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for buf, event in pending:
+            event.synchronize()  # type: ignore[attr-defined]  # that step finished long ago in steady state
+            self.record_total(int(buf))
+
+    # -- planning ------------------------------------------------------------------------------------------
+    def _check_survival(self, survival: object) -> torch.Tensor:
+        s = check_tensor("survival", survival, ndim=2, dtypes=SURVIVAL_DTYPES)
+        if s.shape[1] != self.max_drafts:
+            raise ValueError(
+                f"survival must have shape [B, {self.max_drafts}] (max_drafts); got {list(s.shape)}"
+            )
+        if s.shape[0] < 1:
+            raise ValueError(f"survival must have at least one request; got shape {list(s.shape)}")
+        return s
+
+    @staticmethod
+    def _check_values(s: torch.Tensor) -> None:
+        if not bool(torch.isfinite(s).all()):
+            raise ValueError("survival must be finite; got NaN or inf entries")
+        if bool((s < 0).any()) or bool((s > 1).any()):
+            raise ValueError(f"survival must lie in [0, 1]; got min {float(s.min())}, max {float(s.max())}")
+        if s.shape[1] > 1 and bool((s[:, 1:] > s[:, :-1]).any()):
+            r, c = (s[:, 1:] > s[:, :-1]).nonzero()[0].tolist()
+            raise ValueError(
+                "survival must not increase along a request's drafts (it is a cumulative product of "
+                f"confidences); request {r} has {float(s[r, c])} then {float(s[r, c + 1])}"
+            )
+
+    def plan(self, survival: torch.Tensor) -> BudgetPlan:
+        """Choose this step's total budget and split it across requests (see the module docstring)."""
+        s = self._check_survival(survival)
+        b = s.shape[0]
+        self.last_num_reqs = b
+        if self.mode == "sync":
+            return self._plan_sync(s)
+        if value_checks_enabled(s.device):
+            self._check_values(s)
+        return self._plan_async(s)
+
+    def _plan_sync(self, s: torch.Tensor) -> BudgetPlan:
+        b, k = s.shape
+        host = s.detach().to("cpu", torch.float64)  # the V1 device-to-host read
+        self._check_values(host)
+        flat = host.reshape(-1)
+        order = torch.sort(flat, descending=True, stable=True).indices
+        prefix = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(flat[order], 0)])
+        ts, costs, plain, _ = self._table(b)
+        t_idx = torch.tensor(ts, dtype=torch.long)
+        obj = torch.tensor(costs, dtype=torch.float64) / (b + prefix[t_idx])
+        best = int(torch.argmin(obj))
+        t = ts[best] if float(obj[best]) < plain / b else 0
+        self.record_total(t)
+        num = torch.bincount(order[:t] // k, minlength=b).to(torch.int32).to(s.device)
+        split = finish_split(num, "reference")
+        return self._make_plan(b, t, split, b + float(prefix[t]))
+
+    def _plan_async(self, s: torch.Tensor) -> BudgetPlan:
+        b = s.shape[0]
+        t = self.planned_total(b)  # fixed on the host before the drafter's values are read (never read here)
+        sorted_vals, best_t = self._device_search(s)
+        self._push_pending(best_t)
+        if t == 0:
+            split = reference_split(s, 0)
+            expected: torch.Tensor = torch.full((), float(b), dtype=sorted_vals.dtype, device=s.device)
+        else:
+            split = split_budget(s, t, backend=self.backend)
+            expected = b + sorted_vals[:t].sum()
+        return self._make_plan(b, t, split, expected)
+
+    def _make_plan(self, b: int, t: int, split: BudgetSplit, expected: float | torch.Tensor) -> BudgetPlan:
+        q = self.draft_tokens_per_request
+        return BudgetPlan(
+            speculate=t > 0,
+            total_budget=t,
+            num_drafts=split.num_drafts,
+            query_lens=split.query_lens,
+            query_start_loc=split.query_start_loc,
+            expected_tokens=expected,
+            expected_cost=self.step_cost(b, t),
+            num_reqs=b,
+            target_tokens=b + t,
+            target_bucket=self.verify_cost.buckets.pad(b + t),
+            draft_tokens=b * q if t else 0,
+            draft_bucket=self.draft_cost.buckets.pad(b * q) if t else None,
+            mode=self.mode,
+            allocator=split.allocator,
+        )
+
+    def _device_search(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The sync search done with device tensors only: (sorted survivals, best total as a 0-dim tensor)."""
+        b = s.shape[0]
+        dtype = torch.float32 if s.device.type == "npu" else torch.float64
+        key = (b, s.device)
+        if key not in self._device_tables:
+            ts, costs, _, _ = self._table(b)
+            self._device_tables[key] = (
+                torch.tensor(ts, dtype=torch.long, device=s.device),
+                torch.tensor(costs, dtype=dtype, device=s.device),
+            )
+        t_idx, cost = self._device_tables[key]
+        vals = torch.sort(s.reshape(-1).to(dtype), descending=True, stable=True).values
+        prefix = torch.cumsum(vals, 0)
+        obj = cost / (b + prefix[t_idx - 1])
+        best = torch.argmin(obj)
+        plain = self._table(b)[2] / b
+        best_t = torch.where(obj[best] < plain, t_idx[best], torch.zeros_like(t_idx[best]))
+        return vals, best_t
+
+    def _push_pending(self, best_t: torch.Tensor) -> None:
+        if best_t.device.type == "cpu":
+            self.record_total(int(best_t))
+            return
+        mod = torch.cuda if best_t.device.type == "cuda" else torch.npu  # type: ignore[attr-defined]
+        buf = torch.empty((), dtype=best_t.dtype, pin_memory=True)
+        buf.copy_(best_t, non_blocking=True)
+        event = mod.Event()
+        event.record()
+        self._pending.append((buf, event))
+
+    # -- explanation ---------------------------------------------------------------------------------------
+    def explain(self, num_reqs: int | None = None, survival: list[float] | None = None) -> Explanation:
+        """Per-position thresholds p_{k+1} > G(k) dC / C(k) at batch size B for uniform depth k.
+
+        ``survival`` (one request's p_1..p_K) adds G(k), the threshold and the verdict to every row.
+        """
+        if num_reqs is None:
+            num_reqs = self.last_num_reqs
+            if num_reqs is None:
+                raise ValueError("num_reqs must be given before the first plan()")
+        b = _as_count("num_reqs", num_reqs)
+        k_max = self.max_drafts
+        if survival is not None:
+            survival = [float(x) for x in survival]
+            if len(survival) != k_max:
+                raise ValueError(f"survival must have max_drafts={k_max} entries; got {len(survival)}")
+        d = self.draft_cost.cost(b * self.draft_tokens_per_request)
+        rows = []
+        gain = 1.0
+        for k in range(k_max):
+            c = d + self.verify_cost.cost(b * (1 + k))
+            dc = d + self.verify_cost.cost(b * (2 + k)) - c
+            extra: dict = {}
+            if survival is not None:
+                thr = gain * dc / c
+                extra = dict(gain=gain, threshold=thr, next_survival=survival[k], add=survival[k] > thr)
+                gain += survival[k]
+            rows.append(
+                ThresholdRow(
+                    k, b * (1 + k), self.verify_cost.buckets.pad(b * (1 + k)), c, dc, dc / c, **extra
+                )
+            )
+        return Explanation(b, d, self.verify_cost.cost(b), rows)
