@@ -5,11 +5,11 @@ NPUs through triton-ascend, CPU tensors under ``TRITON_INTERPRET=1``) and ``asce
 ``csrc/``: the compiled extension on NPU tensors, the host model of the AscendC API on CPU tensors).
 
 ``auto`` picks by device: NPU -> ascendc when the extension loaded, else triton; CUDA -> triton; CPU ->
-reference. ``ASCEND_SPEC_BACKEND`` overrides ``auto`` (never an explicit choice). An explicit backend that cannot
-run here raises :class:`BackendUnavailableError` saying what is missing.
+reference. ``ASCEND_SPEC_BACKEND`` overrides ``auto`` (never an explicit choice). An explicit backend that
+cannot run here raises :class:`BackendUnavailableError` saying what is missing.
 
-Checks that must read device values (and so would synchronise the host with the device, breaking graph capture)
-run only when :func:`value_checks_enabled` says so: ``ASCEND_SPEC_CHECKS=1``/``0`` forces them on/off; by
+Checks that must read device values (and so would synchronise the host with the device, breaking graph
+capture) run only when :func:`value_checks_enabled` says so: ``ASCEND_SPEC_CHECKS=1``/``0`` forces them on/off; by
 default they are on for CPU tensors and off elsewhere.
 """
 
@@ -110,9 +110,13 @@ def _require_runnable(backend: str, device: torch.device, *, op: str) -> None:
             return
         if device.type == "cpu":
             if host_compiler() is None:
-                raise BackendUnavailableError(f"{where} runs the AscendC host model, which needs g++ or clang++")
+                raise BackendUnavailableError(
+                    f"{where} uses the AscendC host model, which needs g++ or clang++"
+                )
             return
-        raise BackendUnavailableError(f"{where}: AscendC kernels run on NPU tensors, or on CPU via the host model")
+        raise BackendUnavailableError(
+            f"{where}: AscendC kernels run on NPU tensors or, via the host model, CPU"
+        )
 
 
 def value_checks_enabled(device: torch.device) -> bool:

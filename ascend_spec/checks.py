@@ -41,10 +41,11 @@ def check_tensor(
             raise ValueError(f"{name} must have dtype in ({_dtype_names(dtypes)}); got {value.dtype}")
     if device is not None and value.device != device:
         raise ValueError(f"{name} is on {value.device} but the other inputs are on {device}")
-    if shape is not None:
-        if value.dim() != len(shape) or any(w is not None and w != s for w, s in zip(shape, value.shape)):
-            want = "[" + ", ".join("*" if w is None else str(w) for w in shape) + "]"
-            raise ValueError(f"{name} must have shape {want}; got {list(value.shape)}")
+    if shape is not None and (
+        value.dim() != len(shape) or any(w is not None and w != s for w, s in zip(shape, value.shape))
+    ):
+        want = "[" + ", ".join("*" if w is None else str(w) for w in shape) + "]"
+        raise ValueError(f"{name} must have shape {want}; got {list(value.shape)}")
     return value
 
 

@@ -1,10 +1,10 @@
 """Run AscendC kernels from ``csrc/kernels/`` on CPU tensors through the host model of the AscendC API.
 
-Each kernel source is compiled once with g++ (``-DASCEND_SPEC_HOST_MODEL -I csrc/host_model``) into a shared
-library cached by content hash; its ``extern "C"`` host entry computes the same tiling the NPU binding computes
-and launches the kernel block by block. Before a launch every tensor argument is registered as a GM region, so a
-kernel that touches memory outside its tensors fails loudly instead of corrupting memory, and the Unified Buffer
-size of the chosen SoC bounds what the kernel's TPipe may allocate.
+Each kernel source is compiled once with g++ (``-DASCEND_SPEC_HOST_MODEL -I csrc/host_model``) into a
+shared library cached by content hash; its ``extern "C"`` host entry computes the same tiling the NPU binding
+computes and launches the kernel block by block. Before a launch every tensor argument is registered as a GM
+region, so a kernel that touches memory outside its tensors fails loudly instead of corrupting memory, and the
+Unified Buffer size of the chosen SoC bounds what the kernel's TPipe may allocate.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class SocSpec:
     vector_cores: int
 
 
-# Atlas A2 (910B1/B2: 24 AI cores x 2 vector cores; B3/B4: 20 x 2) and A3 (910_93): 192 KiB UB per vector core.
+# Atlas A2 (910B1/B2: 24 AI cores x 2 vector cores; B3/B4: 20 x 2) and A3 (910_93):
+# 192 KiB of Unified Buffer per vector core.
 SOCS: dict[str, SocSpec] = {
     spec.name: spec
     for spec in (
@@ -69,25 +70,31 @@ def _cache_dir() -> Path:
     return path
 
 
-def _source_hash(kernel: str, compiler: str) -> str:
+def _source_hash(source: Path, compiler: str) -> str:
     digest = hashlib.sha256(compiler.encode())
-    files = sorted(HOST_MODEL_DIR.glob("*.h")) + sorted(KERNELS_DIR.glob("*.h")) + [KERNELS_DIR / f"{kernel}.cpp"]
+    files = sorted(HOST_MODEL_DIR.glob("*.h")) + sorted(KERNELS_DIR.glob("*.h")) + [source]
     for path in files:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-@functools.lru_cache(maxsize=None)
-def load_kernel(kernel: str) -> ctypes.CDLL:
-    """Compile (once, cached on disk) and load ``csrc/kernels/<kernel>.cpp`` under the host model."""
+def kernel_source(kernel: str | Path) -> Path:
+    """``csrc/kernels/<kernel>.cpp`` for a kernel name; a path is taken as it is (tests' own kernels)."""
+    source = Path(kernel) if isinstance(kernel, Path) else KERNELS_DIR / f"{kernel}.cpp"
+    if not source.is_file():
+        raise FileNotFoundError(f"no AscendC kernel source {source}")
+    return source
+
+
+@functools.cache
+def load_kernel(kernel: str | Path) -> ctypes.CDLL:
+    """Compile (once, cached on disk by content hash) and load a kernel source under the host model."""
     compiler = host_compiler()
     if compiler is None:
         raise BackendUnavailableError("the AscendC host model needs a C++ compiler (g++ or clang++) on PATH")
-    source = KERNELS_DIR / f"{kernel}.cpp"
-    if not source.is_file():
-        raise FileNotFoundError(f"no AscendC kernel source {source}")
-    target = _cache_dir() / f"{kernel}-{_source_hash(kernel, compiler)}.so"
+    source = kernel_source(kernel)
+    target = _cache_dir() / f"{source.stem}-{_source_hash(source, compiler)}.so"
     if not target.exists():
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             tmp_lib = Path(tmp) / target.name
@@ -117,20 +124,20 @@ def tensor_ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
 
 
 def launch(
-    kernel: str,
+    kernel: str | Path,
     entry: str,
     args: Sequence[object],
     *,
     tensors: Sequence[torch.Tensor],
-    soc: str | None = None,
+    soc: str | SocSpec | None = None,
     reverse_blocks: bool = False,
 ) -> None:
     """Call ``entry`` of the kernel library with ``args`` (ctypes values).
 
-    ``tensors`` are every tensor the kernel may touch; only their bytes are valid GM. The entry's first argument
-    is always the vector core count of the SoC (the tiling splits work over it), prepended here.
+    ``tensors`` are every tensor the kernel may touch; only their bytes are valid GM. The entry's first
+    argument is always the vector core count of the SoC (the tiling splits work over it), prepended here.
     """
-    spec = soc_spec(soc)
+    spec = soc if isinstance(soc, SocSpec) else soc_spec(soc)
     lib = load_kernel(kernel)
     lib.ascend_spec_hm_configure(spec.ub_bytes, int(reverse_blocks))
     lib.ascend_spec_hm_clear_gm()
@@ -145,4 +152,4 @@ def launch(
         lib.ascend_spec_hm_clear_gm()
     if status != 0:
         message = lib.ascend_spec_hm_last_error().decode(errors="replace")
-        raise RuntimeError(f"AscendC host model: {kernel}: {message}")
+        raise RuntimeError(f"AscendC host model: {kernel_source(kernel).stem}: {message}")

@@ -1,7 +1,8 @@
 """AscendC path of prepare_block_slots: the compiled NPU op, or the same kernel source under the host model.
 
-Kernel: ``csrc/kernels/prepare_block_slots.cpp``; NPU binding: ``torch.ops._C_ascend_spec.npu_prepare_block_slots``
-(``csrc/torch_binding.cpp``, with a Meta implementation for graph capture).
+Kernel: ``csrc/kernels/prepare_block_slots.cpp``; NPU binding:
+``torch.ops._C_ascend_spec.npu_prepare_block_slots`` (``csrc/torch_binding.cpp``, with a Meta implementation
+for graph capture).
 """
 
 from __future__ import annotations
@@ -58,8 +59,12 @@ def prepare_block_slots_ascendc(
             ctx_positions, ctx_start,
         )  # fmt: skip
     rope_rows = 0 if rope is None else (1 if rope.dim() == 1 else 3)
-    inputs = [anchor_token_ids, anchor_positions, block_table, ctx_start] + ([rope] if rope is not None else [])
-    outputs = [input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots, ctx_positions]
+    inputs = [anchor_token_ids, anchor_positions, block_table, ctx_start]
+    if rope is not None:
+        inputs.append(rope)
+    outputs = [
+        input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots, ctx_positions,
+    ]  # fmt: skip
     ptr = host_model.tensor_ptr
     args = [
         ctypes.c_bool(anchor_token_ids.dtype == torch.int64),
@@ -70,7 +75,4 @@ def prepare_block_slots_ascendc(
         ctypes.c_int64(mask_token_id), ctypes.c_int64(total),
     ]  # fmt: skip
     host_model.launch("prepare_block_slots", "prepare_block_slots_host", args, tensors=inputs + outputs)
-    return BlockSlots(
-        input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots, ctx_positions,
-        ctx_start,
-    )  # fmt: skip
+    return BlockSlots(*outputs, ctx_start)
