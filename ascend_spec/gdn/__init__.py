@@ -1,1 +1,13 @@
 """Variable-length Gated DeltaNet verification with deferred commit."""
+
+from ascend_spec.gdn.delta_rule import flush_pending, replay_states, verify_gated_delta_rule
+from ascend_spec.gdn.records import GDNRecords, allocate_records, record_bytes_per_slot
+
+__all__ = [
+    "GDNRecords",
+    "allocate_records",
+    "flush_pending",
+    "record_bytes_per_slot",
+    "replay_states",
+    "verify_gated_delta_rule",
+]
