@@ -15,13 +15,13 @@ Semantics (every backend produces exactly the same tensors):
 * Padding rows ``B <= r < R`` (graph replay): input id ``mask_token_id``, position 0 (every rope row), slot
   -1 (write nothing), ``seq_lens[r] = 0``. ``query_start_loc = [0, Q, 2Q, ..., RQ]`` covers them too,
   because the flat outputs have R*Q rows and the replayed graph runs all of them.
-* ``sample_indices`` lists, request by request, the flat rows whose outputs give candidates: rows ``bQ+1 ..
-  bQ+Q-1`` (the masks), or ``bQ .. bQ+Q-1`` with ``sample_from_anchor`` (DSpark reads its first candidate at
-  the anchor). Padding rows give no candidates and are not listed: the tensor has ``B * (Q - 1)`` or ``B *
-  Q`` rows.
-* Context tokens of request ``b`` are the ``n_b = context_lens[b]`` tokens at logical positions ``p_b - n_b
-  .. p_b - 1`` (the anchor itself is query token 0, not context). They are laid out flat, request by
-  request, in ``[context_start_loc[b], context_start_loc[b + 1])`` where ``context_start_loc`` ([B+1],
+* ``sample_indices`` lists, request by request, the flat rows whose outputs give candidates: rows
+  ``bQ+1 .. bQ+Q-1`` (the masks), or ``bQ .. bQ+Q-1`` with ``sample_from_anchor`` (DSpark reads its first
+  candidate at the anchor). Padding rows give no candidates and are not listed: the tensor has
+  ``B * (Q - 1)`` or ``B * Q`` rows.
+* Context tokens of request ``b`` are the ``n_b = context_lens[b]`` tokens at logical positions
+  ``p_b - n_b .. p_b - 1`` (the anchor itself is query token 0, not context). They are laid out flat, request
+  by request, in ``[context_start_loc[b], context_start_loc[b + 1])`` where ``context_start_loc`` ([B+1],
   int32) is the exclusive prefix sum of ``context_lens``. Context token ``j`` (``0 <= j < n_b``) sits at
   position ``p_b - n_b + j``; its slot comes from the same block table and formula (the drafter cache is
   paged like the block); its rope position is ``rope_b - n_b + j`` on every rope row: context tokens are
@@ -126,7 +126,9 @@ def prepare_block_slots(
     if num_padded_reqs is None:
         num_padded_reqs = num_reqs
     elif not _is_int(num_padded_reqs) or num_padded_reqs < num_reqs:
-        raise ValueError(f"num_padded_reqs must be an int >= {num_reqs} requests; got {num_padded_reqs!r}")
+        raise ValueError(
+            f"num_padded_reqs must be an int >= the number of requests ({num_reqs}); got {num_padded_reqs!r}"
+        )
     if rope_positions is not None:
         check_tensor("rope_positions", rope_positions, ndim=(1, 2), dtypes=INDEX_DTYPES, device=device)
         want = (num_reqs,) if rope_positions.dim() == 1 else (3, num_reqs)
@@ -268,7 +270,8 @@ def _check_values(
     p = anchor_positions
     b, num_pages = block_table.shape
     n = torch.zeros_like(p) if context_lens is None else context_lens
-    rope = (p if rope_positions is None else rope_positions).reshape(-1, b)
+    rope = p if rope_positions is None else rope_positions
+    rope = rope if rope.dim() == 2 else rope[None]
     last = p + (q - 1)
     capacity = num_pages * block_size
     first_page = (p - n).clamp_min(0) // block_size
