@@ -1,0 +1,331 @@
+"""``ascend-spec plan``: expected tokens/s of plain decoding, every fixed K, and the dynamic controller.
+
+Inputs: a plan profile (the target's cost profile and one cost profile per drafter, with how many tokens per
+request each drafter runs) and an acceptance curve for one drafter. For each batch size B:
+
+- plain: B / V(B);
+- fixed K: every request verifies K drafts: B (1 + p_1 + ... + p_K) / (D_K(B) + V(B + B K));
+- dynamic: the :class:`BudgetController` plan on the batch's survival matrix, for the drafter depth (1..K) whose
+  plan is fastest (the drafter's depth is a configuration choice per batch size; the budget is chosen per step).
+
+Costs are read after padding to the graph buckets; cells that needed the eager extrapolation above the largest
+bucket are marked ``*``. By construction the dynamic row is never below the best fixed K (fixed K is one of the
+budgets it considers) nor below plain decoding (it may choose not to speculate); the report checks both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ascend_spec.graph.acceptance import AcceptanceCurve, load_curve
+from ascend_spec.graph.controller import BudgetController
+from ascend_spec.graph.cost_profile import CostProfile
+
+PLAN_PROFILE_FORMAT = "ascend-spec/plan-profile/v1"
+DEFAULT_PROFILE = "seed_ascend910b"
+DEFAULT_CURVE = "dspark_seed"
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+QUERY_RULES = (
+    "K",
+    "K+1",
+    "1",
+)  # drafter tokens per request: DSpark K, DFlash K+1, sequential (EAGLE-3/MTP) 1
+
+
+@dataclass(frozen=True)
+class Drafter:
+    name: str
+    query: str  # one of QUERY_RULES
+    sequential: bool  # K passes of one token per request (EAGLE-3, MTP) instead of one block pass
+    profile: CostProfile
+
+    def tokens_per_request(self, k: int) -> int:
+        return {"K": k, "K+1": k + 1, "1": 1}[self.query]
+
+    def cost_profile(self, k: int) -> CostProfile:
+        """The profile the controller reads as D(B * Q): K passes are K times one pass for sequential drafters."""
+        return self.profile.scaled(k) if self.sequential else self.profile
+
+    def cost(self, num_reqs: int, k: int) -> float:
+        return self.cost_profile(k).cost(num_reqs * self.tokens_per_request(k))
+
+
+@dataclass(frozen=True)
+class PlanProfile:
+    label: str
+    target: CostProfile
+    drafters: dict[str, Drafter]
+    notes: list[str] = field(default_factory=list)
+
+
+def _configs_path(value: str, sub: str) -> Path:
+    """A path, or the name of a shipped config in configs/<sub>/ (with or without .json)."""
+    from ascend_spec.paths import CONFIGS_DIR
+
+    p = Path(value)
+    if p.exists():
+        return p
+    shipped = CONFIGS_DIR / sub / (value if value.endswith(".json") else value + ".json")
+    if shipped.exists():
+        return shipped
+    names = sorted(q.stem for q in (CONFIGS_DIR / sub).glob("*.json"))
+    raise ValueError(
+        f"{value!r} is neither a file nor a shipped config in configs/{sub}/ ({', '.join(names)})"
+    )
+
+
+def load_plan_profile(path: str | Path) -> PlanProfile:
+    path = Path(path)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, Mapping) or data.get("format") != PLAN_PROFILE_FORMAT:
+        got = data.get("format") if isinstance(data, Mapping) else type(data).__name__
+        raise ValueError(f"{path}: format must be {PLAN_PROFILE_FORMAT!r}; got {got!r}")
+    target = CostProfile.from_dict(data.get("target"), where=f"{path}: target")
+    raw = data.get("drafters")
+    if not isinstance(raw, Mapping) or not raw:
+        raise ValueError(f"{path}: drafters must map drafter names to {{query, profile}}; got {raw!r}")
+    drafters = {}
+    for name, d in raw.items():
+        where = f"{path}: drafters.{name}"
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where} must be an object; got {d!r}")
+        query = d.get("query")
+        if query not in QUERY_RULES:
+            raise ValueError(f"{where}.query must be one of {QUERY_RULES}; got {query!r}")
+        profile = CostProfile.from_dict(d.get("profile"), where=f"{where}.profile")
+        drafters[name] = Drafter(name, query, bool(d.get("sequential", query == "1")), profile)
+    notes = data.get("notes", [])
+    return PlanProfile(str(data.get("label", path.stem)), target, drafters, list(notes))
+
+
+@dataclass
+class Cell:
+    tokens_per_s: float
+    eager: bool
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BatchPlan:
+    batch_size: int
+    plain: Cell
+    fixed: dict[int, Cell]
+    dynamic: Cell
+
+    @property
+    def best_fixed(self) -> tuple[int, Cell]:
+        return max(self.fixed.items(), key=lambda kv: (kv[1].tokens_per_s, -kv[0]))
+
+
+def evaluate(
+    profile: PlanProfile, curve: AcceptanceCurve, batch_sizes: list[int], max_drafts: int | None = None
+) -> list[BatchPlan]:
+    if curve.drafter not in profile.drafters:
+        raise ValueError(
+            f"the acceptance curve is for drafter {curve.drafter!r}, but the profile has costs only for "
+            f"{sorted(profile.drafters)}"
+        )
+    drafter = profile.drafters[curve.drafter]
+    k_max = curve.max_drafts if max_drafts is None else max_drafts
+    if not 1 <= k_max <= curve.max_drafts:
+        raise ValueError(f"max_drafts must be in [1, {curve.max_drafts}] for this curve; got {k_max}")
+    v = profile.target
+    out = []
+    for b in batch_sizes:
+        surv = curve.survival_matrix(b, k_max)
+        plain_lookup = v.lookup(b)
+        plain = Cell(b / plain_lookup.cost * 1e3, plain_lookup.eager, {"cost_ms": plain_lookup.cost})
+        fixed = {}
+        for k in range(1, k_max + 1):
+            tokens = b + float(surv[:, :k].sum())
+            vl = v.lookup(b + b * k)
+            dcost = drafter.cost(b, k)
+            fixed[k] = Cell(tokens / (dcost + vl.cost) * 1e3, vl.eager, {"cost_ms": dcost + vl.cost})
+        best: Cell | None = None
+        for kd in range(1, k_max + 1):
+            ctl = BudgetController(
+                drafter.cost_profile(kd),
+                v,
+                max_drafts=kd,
+                draft_tokens_per_request=drafter.tokens_per_request(kd),
+            )
+            plan = ctl.plan(surv[:, :kd])
+            eager = plan.target_bucket is None
+            cell = Cell(
+                plan.tokens_per_second,
+                eager,
+                {
+                    "depth": kd if plan.speculate else 0,
+                    "total_budget": plan.total_budget,
+                    "target_tokens": plan.target_tokens,
+                    "target_bucket": plan.target_bucket,
+                    "cost_ms": plan.expected_cost,
+                    "expected_tokens": float(plan.expected_tokens),
+                },
+            )
+            if best is None or cell.tokens_per_s > best.tokens_per_s:
+                best = cell
+        assert best is not None
+        out.append(BatchPlan(b, plain, fixed, best))
+    return out
+
+
+def check_dominance(plans: list[BatchPlan], *, rel_tol: float = 1e-9) -> list[str]:
+    """Batch sizes where the dynamic row falls below the best fixed K or plain decoding (should be none)."""
+    bad = []
+    for p in plans:
+        k, cell = p.best_fixed
+        floor = max(cell.tokens_per_s, p.plain.tokens_per_s) * (1 - rel_tol)
+        if p.dynamic.tokens_per_s < floor:
+            bad.append(
+                f"B={p.batch_size}: dynamic {p.dynamic.tokens_per_s:.1f} < max(best fixed K={k} "
+                f"{cell.tokens_per_s:.1f}, plain {p.plain.tokens_per_s:.1f})"
+            )
+    return bad
+
+
+def format_table(plans: list[BatchPlan]) -> str:
+    def cell(c: Cell) -> str:
+        return f"{c.tokens_per_s:.0f}{'*' if c.eager else ''}"
+
+    head = ["batch size"] + [str(p.batch_size) for p in plans]
+    rows = [["plain"] + [cell(p.plain) for p in plans]]
+    for k in plans[0].fixed:
+        rows.append([f"fixed K={k}"] + [cell(p.fixed[k]) for p in plans])
+    rows.append(["dynamic"] + [cell(p.dynamic) for p in plans])
+    rows.append(
+        ["  depth/T"] + [f"{p.dynamic.detail['depth']}/{p.dynamic.detail['total_budget']}" for p in plans]
+    )
+    rows.append(["  best fixed K"] + [str(p.best_fixed[0]) for p in plans])
+    rows.append(["  dyn/plain"] + [f"{p.dynamic.tokens_per_s / p.plain.tokens_per_s:.2f}x" for p in plans])
+    rows.append(
+        ["  dyn/best K"] + [f"{p.dynamic.tokens_per_s / p.best_fixed[1].tokens_per_s:.3f}x" for p in plans]
+    )
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = [
+        "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
+        for r in [head, *rows]
+    ]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def plot(plans: list[BatchPlan], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bs = [p.batch_size for p in plans]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.plot(bs, [p.plain.tokens_per_s for p in plans], "k--", label="plain")
+    for k in plans[0].fixed:
+        ax.plot(bs, [p.fixed[k].tokens_per_s for p in plans], alpha=0.5, label=f"K={k}")
+    ax.plot(bs, [p.dynamic.tokens_per_s for p in plans], "r-", linewidth=2.5, label="dynamic")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("expected tokens/s")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--profile",
+        default=DEFAULT_PROFILE,
+        metavar="PROFILE.json",
+        help=f"plan profile file or shipped name in configs/profiles/ (default {DEFAULT_PROFILE})",
+    )
+    parser.add_argument(
+        "--acceptance",
+        default=DEFAULT_CURVE,
+        metavar="CURVE.json",
+        help=f"acceptance curve file or shipped name in configs/acceptance/ (default {DEFAULT_CURVE})",
+    )
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(DEFAULT_BATCH_SIZES), metavar="B")
+    parser.add_argument(
+        "--max-drafts", type=int, default=None, help="largest K (default: the curve's length)"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON"
+    )
+    parser.add_argument(
+        "--plot", type=Path, default=None, metavar="PNG", help="also plot tokens/s (needs matplotlib)"
+    )
+    parser.add_argument(
+        "--explain", type=int, default=None, metavar="B", help="print the thresholds at batch B"
+    )
+
+
+def _matplotlib_missing() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("matplotlib") is None
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plot is not None and _matplotlib_missing():
+        print(
+            "ascend-spec plan: error: --plot needs matplotlib, which is not installed "
+            "(pip install matplotlib, or pip install 'ascend-spec[plot]')",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        profile_path = _configs_path(args.profile, "profiles")
+        curve_path = _configs_path(args.acceptance, "acceptance")
+        for b in args.batch_sizes:
+            if b < 1:
+                raise ValueError(f"--batch-sizes must be positive; got {b}")
+        profile = load_plan_profile(profile_path)
+        curve = load_curve(curve_path)
+        plans = evaluate(profile, curve, list(args.batch_sizes), args.max_drafts)
+    except ValueError as e:
+        print(f"ascend-spec plan: error: {e}", file=sys.stderr)
+        return 2
+    print(f"profile: {profile.label} ({profile_path})")
+    print(f"acceptance: {curve.label} ({curve_path})")
+    mean = curve.mean_survival()
+    print("mean survival p_1..p_K: " + ", ".join(f"{p:.3f}" for p in mean[: len(plans[0].fixed)]))
+    print("expected tokens/s (* = a cost above the largest graph bucket, extrapolated eager):")
+    print(format_table(plans))
+    bad = check_dominance(plans)
+    if bad:
+        print("CHECK FAILED: " + "; ".join(bad))
+        return 1
+    print("check: at every batch size the dynamic row >= the best fixed K and >= plain decoding")
+    if args.explain is not None:
+        drafter = profile.drafters[curve.drafter]
+        k = len(plans[0].fixed)
+        ctl = BudgetController(
+            drafter.cost_profile(k),
+            profile.target,
+            max_drafts=k,
+            draft_tokens_per_request=drafter.tokens_per_request(k),
+        )
+        print(ctl.explain(args.explain, mean[:k]).format())
+    if args.json:
+        data = {
+            "profile": str(profile_path),
+            "acceptance": str(curve_path),
+            "plans": [asdict(p) for p in plans],
+        }
+        args.json.write_text(json.dumps(data, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot(plans, args.plot, f"{profile.label} / {curve.label}")
+        print(f"wrote {args.plot}")
+    return 0
