@@ -1,0 +1,128 @@
+"""Backend selection: auto by device type, env override, unavailable backends, invalid names, value checks env."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ascend_spec import backend as bk
+from ascend_spec.backend import BackendUnavailableError, resolve_backend, value_checks_enabled
+
+CPU = torch.device("cpu")
+CUDA = torch.device("cuda")  # a device object only: nothing here allocates on it
+NPU = SimpleNamespace(type="npu")  # torch only knows "npu" once torch_npu renames PrivateUse1
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    monkeypatch.delenv(bk.BACKEND_ENV, raising=False)
+    monkeypatch.delenv(bk.CHECKS_ENV, raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def _extension(monkeypatch, loaded: bool) -> None:
+    monkeypatch.setattr(bk, "ascendc_extension_loaded", lambda: loaded)
+
+
+def test_auto_picks_by_device(monkeypatch) -> None:
+    assert resolve_backend("auto", CPU, op="op") == "reference"
+    assert resolve_backend("auto", CUDA, op="op") == "triton"
+    _extension(monkeypatch, True)
+    assert resolve_backend("auto", NPU, op="op") == "ascendc"
+    _extension(monkeypatch, False)
+    assert resolve_backend("auto", NPU, op="op") == "triton"
+
+
+@pytest.mark.parametrize("name", ["reference", "triton", "ascendc"])
+def test_env_overrides_auto_only(monkeypatch, name: str) -> None:
+    monkeypatch.setenv(bk.BACKEND_ENV, name)
+    assert resolve_backend("auto", CPU, op="op") == name
+    assert resolve_backend("reference", CPU, op="op") == "reference"  # an explicit choice wins over the env
+    monkeypatch.setenv(bk.BACKEND_ENV, "auto")
+    assert resolve_backend("auto", CPU, op="op") == "reference"
+
+
+def test_env_override_must_be_runnable(monkeypatch) -> None:
+    monkeypatch.setenv(bk.BACKEND_ENV, "ascendc")
+    with pytest.raises(BackendUnavailableError, match="ascendc.*on cuda tensors"):
+        resolve_backend("auto", CUDA, op="my_op")
+
+
+def test_invalid_names(monkeypatch) -> None:
+    with pytest.raises(
+        ValueError, match=r"backend must be one of 'auto', 'reference', 'triton', 'ascendc'; got 'npu'"
+    ):
+        resolve_backend("npu", CPU, op="op")
+    monkeypatch.setenv(bk.BACKEND_ENV, "fast")
+    with pytest.raises(ValueError, match=r"ASCEND_SPEC_BACKEND must be one of .*got 'fast'"):
+        resolve_backend("auto", CPU, op="op")
+
+
+def test_triton_unavailable_says_what_is_missing(monkeypatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(
+        BackendUnavailableError, match=r"my_op: backend 'triton' on cpu tensors needs TRITON_INTERPRET=1"
+    ):
+        resolve_backend("triton", CPU, op="my_op")
+    assert resolve_backend("triton", CUDA, op="my_op") == "triton"  # the interpreter matters on CPU only
+    monkeypatch.setattr(bk, "triton_importable", lambda: False)
+    with pytest.raises(BackendUnavailableError, match=r"needs the 'triton' package"):
+        resolve_backend("triton", CUDA, op="my_op")
+
+
+def test_ascendc_unavailable_says_what_is_missing(monkeypatch) -> None:
+    _extension(monkeypatch, False)
+    with pytest.raises(BackendUnavailableError, match=r"on npu tensors needs the compiled extension.*CANN"):
+        resolve_backend("ascendc", NPU, op="my_op")
+    _extension(monkeypatch, True)
+    assert resolve_backend("ascendc", NPU, op="my_op") == "ascendc"
+    with pytest.raises(BackendUnavailableError, match=r"on cuda tensors: AscendC kernels run on NPU tensors"):
+        resolve_backend("ascendc", CUDA, op="my_op")
+    monkeypatch.setattr(bk, "host_compiler", lambda: None)
+    with pytest.raises(BackendUnavailableError, match=r"host model, which needs g\+\+ or clang\+\+"):
+        resolve_backend("ascendc", CPU, op="my_op")
+
+
+def test_host_compiler_honours_cxx(monkeypatch) -> None:
+    monkeypatch.setattr(bk.shutil, "which", lambda name: f"/usr/bin/{name}" if name != "g++" else None)
+    monkeypatch.setenv("CXX", "my-cxx")
+    assert bk.host_compiler() == "my-cxx"
+    monkeypatch.delenv("CXX")
+    assert bk.host_compiler() == "clang++"  # g++ "missing", clang++ found
+    monkeypatch.setattr(bk.shutil, "which", lambda name: None)
+    assert bk.host_compiler() is None
+
+
+def test_value_checks_env(monkeypatch) -> None:
+    assert value_checks_enabled(CPU) is True
+    assert value_checks_enabled(CUDA) is False
+    assert value_checks_enabled(NPU) is False
+    monkeypatch.setenv(bk.CHECKS_ENV, "1")
+    assert value_checks_enabled(CUDA) is True
+    monkeypatch.setenv(bk.CHECKS_ENV, "0")
+    assert value_checks_enabled(CPU) is False
+    monkeypatch.setenv(bk.CHECKS_ENV, "yes")
+    with pytest.raises(ValueError, match=r"ASCEND_SPEC_CHECKS must be 0 or 1; got 'yes'"):
+        value_checks_enabled(CPU)
+
+
+def test_ops_route_through_the_resolved_backend(monkeypatch) -> None:
+    """prepare_block_slots follows ASCEND_SPEC_BACKEND, and an explicit unavailable backend raises."""
+    import ascend_spec.ops._triton_block_slots as tri
+    from ascend_spec.ops import prepare_block_slots
+
+    calls = []
+    real = tri.prepare_block_slots_triton
+    monkeypatch.setattr(tri, "prepare_block_slots_triton", lambda **kw: calls.append(kw) or real(**kw))
+    args = (torch.tensor([1]), torch.tensor([0]), torch.tensor([[0]], dtype=torch.int32))
+    kw = dict(block_size=4, num_query_tokens=2, mask_token_id=0)
+    prepare_block_slots(*args, **kw)
+    assert calls == []
+    monkeypatch.setenv(bk.BACKEND_ENV, "triton")
+    out = prepare_block_slots(*args, **kw)
+    assert len(calls) == 1 and out.slot_mapping.tolist() == [0, 1]
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(BackendUnavailableError, match="prepare_block_slots: backend 'triton'"):
+        prepare_block_slots(*args, **kw)
