@@ -50,10 +50,10 @@ class GraphDescriptor:
 
 def graph_backend(device: torch.device | str) -> str:
     """ "cuda", "npu" (torch_npu with NPUGraph) or "eager" for tensors on ``device``."""
-    device = torch.device(device)
-    if device.type == "cuda" and torch.cuda.is_available():
+    kind = device.split(":")[0] if isinstance(device, str) else device.type
+    if kind == "cuda" and torch.cuda.is_available():
         return "cuda"
-    if device.type == "npu":
+    if kind == "npu":
         try:
             import torch_npu  # noqa: F401
         except ImportError:
@@ -78,8 +78,13 @@ class _GraphDispatcher:
             buckets = GraphBuckets(buckets)
         self.buckets = buckets
         self.tokens_per_request = _as_count("tokens_per_request", tokens_per_request)
-        self.device = torch.device(device)
-        self.backend = graph_backend(self.device)
+        self.backend = graph_backend(device)
+        try:
+            self.device: torch.device | str = torch.device(device)
+        except (
+            RuntimeError
+        ):  # "npu" parses only once torch_npu is imported; without it the graphs run eagerly
+            self.device = device
         self.capture_warmup = _as_count("capture_warmup", capture_warmup, minimum=0)
         self._graphs: dict[tuple, tuple[Any, Any]] = {}
         self._pool = None
