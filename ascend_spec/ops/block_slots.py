@@ -188,17 +188,24 @@ def context_start_loc_and_total(
     return start, total
 
 
-def _slots(block_table: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor, block_size: int) -> torch.Tensor:
-    """slot = block_table[row, pos // bs] * bs + pos % bs, or -1 where the position cannot be placed."""
-    num_pages = block_table.shape[1]
+def _slots(
+    table: torch.Tensor, num_pages: int, row_base: torch.Tensor, pos: torch.Tensor, bs: int
+) -> torch.Tensor:
+    """slot = block_table[row, pos // bs] * bs + pos % bs, or -1 where the position cannot be placed.
+
+    ``table`` is the flattened block table and ``row_base = row * num_pages``. Lookups use ``index_select``:
+    CPU advanced indexing and ``repeat_interleave`` open an OpenMP region even for a few thousand elements,
+    which costs milliseconds on a loaded host.
+    """
     safe = pos.clamp_min(0)
-    page_idx = safe // block_size
+    page_idx = safe // bs
     ok = (pos >= 0) & (page_idx < num_pages)
     if num_pages == 0:
         return torch.full_like(pos, -1)
-    page = block_table[rows, page_idx.clamp_max(num_pages - 1)].to(torch.int64)
+    flat_idx = (row_base + page_idx.clamp_max(num_pages - 1)).reshape(-1)
+    page = table.index_select(0, flat_idx).reshape(pos.shape).to(torch.int64)
     ok &= page >= 0
-    return torch.where(ok, page * block_size + safe % block_size, torch.full_like(pos, -1))
+    return torch.where(ok, page * bs + safe % bs, torch.full_like(pos, -1))
 
 
 def block_slots_reference(
@@ -221,13 +228,15 @@ def block_slots_reference(
     reqs = torch.arange(b, device=dev)
     p = anchor_positions
     rope = p if rope_positions is None else rope_positions  # [B] or [3, B]
+    num_pages = block_table.shape[1]
+    table = block_table.reshape(-1)  # a copy only when the table is strided
 
     input_ids = torch.full((r, q), mask_token_id, dtype=anchor_token_ids.dtype, device=dev)
     input_ids[:b, 0] = anchor_token_ids
     positions = torch.zeros((*rope.shape[:-1], r, q), dtype=torch.int64, device=dev)
     positions[..., :b, :] = rope[..., None] + i
     slot_mapping = torch.full((r, q), -1, dtype=torch.int64, device=dev)
-    slot_mapping[:b] = _slots(block_table, reqs[:, None], p[:, None] + i, block_size)
+    slot_mapping[:b] = _slots(table, num_pages, reqs[:, None] * num_pages, p[:, None] + i, block_size)
     seq_lens = torch.zeros(r, dtype=torch.int32, device=dev)
     seq_lens[:b] = (p + q).to(torch.int32)
     query_start_loc = (torch.arange(r + 1, device=dev) * q).to(torch.int32)
@@ -236,11 +245,12 @@ def block_slots_reference(
 
     ctx_start, total = context_start_loc_and_total(context_lens, b, dev)
     if total:
-        n = context_lens.clamp_min(0)
-        req = torch.repeat_interleave(reqs, n, output_size=total)
-        back = ctx_start[1:].to(torch.int64)[req] - torch.arange(total, device=dev)  # n_b - j, in 1..n_b
-        ctx_slots = _slots(block_table, req, p[req] - back, block_size)
-        ctx_pos = rope[..., req] - back
+        ends = ctx_start[1:].to(torch.int64)
+        # request of each context token: how many requests 1..B-1 start at or before it
+        req = torch.cumsum(torch.bincount(ends[: b - 1], minlength=total + 1)[:total], 0)
+        back = ends.index_select(0, req) - torch.arange(total, device=dev)  # n_b - j, in 1..n_b
+        ctx_slots = _slots(table, num_pages, req * num_pages, p.index_select(0, req) - back, block_size)
+        ctx_pos = rope.index_select(-1, req) - back
     else:
         ctx_slots = torch.empty(0, dtype=torch.int64, device=dev)
         ctx_pos = torch.empty((*rope.shape[:-1], 0), dtype=torch.int64, device=dev)
