@@ -151,8 +151,10 @@ def _check_row_values(
         )
 
 
-def _check_cu_seqlens(cu_seqlens: torch.Tensor, num_tokens: int, max_len: int) -> None:
-    """Value checks (host sync): starts at 0, non-decreasing, ends at T, no length above record capacity."""
+def _check_cu_seqlens(
+    cu_seqlens: torch.Tensor, num_tokens: int, max_len: int, state_indices: torch.Tensor
+) -> None:
+    """Value checks (host sync): starts at 0, non-decreasing, ends at T, no recorded row above capacity."""
     if int(cu_seqlens[0]) != 0:
         raise ValueError(f"cu_seqlens must start at 0; got {int(cu_seqlens[0])}")
     lens = cu_seqlens[1:] - cu_seqlens[:-1]
@@ -160,8 +162,9 @@ def _check_cu_seqlens(cu_seqlens: torch.Tensor, num_tokens: int, max_len: int) -
         raise ValueError(f"cu_seqlens must be non-decreasing; got {cu_seqlens.tolist()}")
     if int(cu_seqlens[-1]) != num_tokens:
         raise ValueError(f"cu_seqlens must end at T = {num_tokens} (x rows); got {int(cu_seqlens[-1])}")
-    if lens.numel() and int(lens.max()) > max_len:
-        i = int(lens.argmax())
+    over = (lens > max_len) & (state_indices >= 0)  # padding rows record nothing
+    if bool(over.any()):
+        i = int(over.nonzero()[0, 0])
         raise ValueError(
             f"cu_seqlens gives row {i} {int(lens[i])} tokens, above the records' "
             f"max_tokens_per_step = {max_len}"
@@ -230,7 +233,7 @@ def verify_causal_conv1d(
         )
     check_choice("activation", activation, ACTIVATIONS)
     if value_checks_enabled(device):
-        _check_cu_seqlens(cu_seqlens, num_tokens, records.max_tokens_per_step)
+        _check_cu_seqlens(cu_seqlens, num_tokens, records.max_tokens_per_step, state_indices)
         active = (cu_seqlens[1:] - cu_seqlens[:-1]) > 0
         _check_row_values(state_indices, pending, records, active)
 
