@@ -96,8 +96,8 @@ def _prepare_block_slots_kernel(
             for c in range(0, n, BLOCK_C):
                 j = c + tl.arange(0, BLOCK_C)
                 cmask = j < n
-                slots = _place(table_row, table_col_stride, p - n + j, num_pages, block_size, cmask)
-                tl.store(out_ctx_slot_ptr + start + j, slots, mask=cmask)
+                ctx_slots = _place(table_row, table_col_stride, p - n + j, num_pages, block_size, cmask)
+                tl.store(out_ctx_slot_ptr + start + j, ctx_slots, mask=cmask)
     else:
         pad_ids = tl.full([BLOCK_Q], mask_token_id, out_ids_ptr.dtype.element_ty)
         tl.store(out_ids_ptr + rows, pad_ids, mask=qmask)
