@@ -1,0 +1,188 @@
+"""Triton kernel for verify-budget allocation: threshold search instead of a global sort, one launch, no host read.
+
+Imported lazily from :mod:`ascend_spec.ops.verify_budget`. One program walks the [B, K] slots in [BLOCK_B, BLOCK_K]
+tiles (B*K is small: 256 x 16 = 4096 slots in the seed's batch):
+
+1. key pass: survival -> fp32, NaN -> -inf, running minimum along K (``tl.associative_scan``), then the
+   order-preserving int32 image of the float (``bits`` for x >= 0, ``bits ^ 0x7FFFFFFF`` below); ineligible slots
+   (position >= capacity) get INT32_MIN, below every real key. Keys go to an int32 scratch [B, K]; the pass also
+   counts the E eligible slots and the budget becomes ``T = min(clamp(budget, 0, max_budget), E)``.
+2. bisection: the largest key ``t`` with ``#{key >= t} >= T``, 32 fixed steps over the int32 range (each step a
+   count over the scratch), so the trip count never depends on values.
+3. admit pass: a slot is admitted when ``key > t``, or ``key == t`` and fewer than ``T - #{key > t}`` equal keys
+   precede it in flat b-major order (an exclusive prefix count) - the tie rule "lower request, then lower
+   position". Per-request counts, offsets and the draft indices are written in the same pass, running sums
+   carried across tiles; the tail of ``draft_index`` is then filled with -1.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ascend_spec.ops.verify_budget import VerifyAllocation, index_length
+
+INT32_MIN: tl.constexpr = tl.constexpr(-(2**31))
+
+
+@triton.jit
+def _min_combine(a, b):
+    return tl.minimum(a, b)
+
+
+@triton.jit
+def _allocate_kernel(
+    surv_ptr,
+    cap_ptr,
+    budget_ptr,
+    scratch_ptr,
+    num_drafts_ptr,
+    query_lens_ptr,
+    qsl_ptr,
+    index_ptr,
+    budget_value,
+    max_budget,
+    n_req,
+    n_pos,
+    stride_b,
+    stride_k,
+    index_len,
+    HAS_CAP: tl.constexpr,
+    BUDGET_IN_MEMORY: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    rb = tl.arange(0, BLOCK_B)
+    rk = tl.arange(0, BLOCK_K)
+    col_ok = rk < n_pos
+
+    # 1. keys -> scratch, count eligible slots.
+    n_elig = tl.zeros((), tl.int64)
+    for b0 in range(0, n_req, BLOCK_B):
+        rows = b0 + rb
+        row_ok = rows < n_req
+        m2 = row_ok[:, None] & col_ok[None, :]
+        ptrs = surv_ptr + rows.to(tl.int64)[:, None] * stride_b + rk[None, :] * stride_k
+        s = tl.load(ptrs, mask=m2, other=0.0).to(tl.float32)
+        s = tl.where(s != s, float("-inf"), s)
+        s = tl.where(s == 0.0, 0.0, s)  # -0.0 -> +0.0: equal floats must get equal keys
+        s = tl.associative_scan(s, 1, _min_combine)
+        bits = s.to(tl.int32, bitcast=True)
+        key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+        if HAS_CAP:
+            cap = tl.load(cap_ptr + rows, mask=row_ok, other=0).to(tl.int32)
+            cap = tl.minimum(tl.maximum(cap, 0), n_pos)
+        else:
+            cap = tl.full((BLOCK_B,), 0, tl.int32) + n_pos
+        elig = m2 & (rk[None, :] < cap[:, None])
+        key = tl.where(elig, key, INT32_MIN)
+        tl.store(scratch_ptr + rows[:, None] * n_pos + rk[None, :], key, mask=m2)
+        n_elig += tl.sum(elig.to(tl.int64))
+    if BUDGET_IN_MEMORY:  # noqa: SIM108  (a constexpr branch: only one side is compiled)
+        budget = tl.load(budget_ptr).to(tl.int64)
+    else:
+        budget = tl.zeros((), tl.int64) + budget_value
+    budget = tl.minimum(tl.maximum(budget, 0), tl.zeros((), tl.int64) + max_budget)
+    budget = tl.minimum(budget, n_elig)
+    tl.debug_barrier()  # scratch written above is read by other threads below
+
+    # 2. bisection for the T-th best key t: invariant #{key >= lo} >= T (lo = INT32_MIN + 1 counts all of E).
+    lo = tl.zeros((), tl.int64) + (INT32_MIN + 1)
+    hi = tl.zeros((), tl.int64) + (2**31 - 1)
+    for _ in range(32):
+        mid = lo + (hi - lo + 1) // 2
+        cnt = tl.zeros((), tl.int64)
+        for b0 in range(0, n_req, BLOCK_B):
+            rows = b0 + rb
+            m2 = (rows < n_req)[:, None] & col_ok[None, :]
+            key = tl.load(scratch_ptr + rows[:, None] * n_pos + rk[None, :], mask=m2, other=INT32_MIN)
+            cnt += tl.sum((key.to(tl.int64) >= mid).to(tl.int64))
+        ok = cnt >= budget
+        lo = tl.where(ok, mid, lo)
+        hi = tl.where(ok, hi, mid - 1)
+    thr = lo
+    n_gt = tl.zeros((), tl.int64)
+    for b0 in range(0, n_req, BLOCK_B):
+        rows = b0 + rb
+        m2 = (rows < n_req)[:, None] & col_ok[None, :]
+        key = tl.load(scratch_ptr + rows[:, None] * n_pos + rk[None, :], mask=m2, other=INT32_MIN)
+        n_gt += tl.sum((key.to(tl.int64) > thr).to(tl.int64))
+    need_eq = budget - n_gt  # equal-to-threshold slots still to admit, in flat order
+
+    # 3. admit, count, offsets, indices.
+    eq_before = tl.zeros((), tl.int64)
+    drafts_before = tl.zeros((), tl.int64)
+    tl.store(qsl_ptr, 0)
+    for b0 in range(0, n_req, BLOCK_B):
+        rows = b0 + rb
+        row_ok = rows < n_req
+        m2 = row_ok[:, None] & col_ok[None, :]
+        key = tl.load(scratch_ptr + rows[:, None] * n_pos + rk[None, :], mask=m2, other=INT32_MIN).to(
+            tl.int64
+        )
+        eq = (key == thr).to(tl.int64)
+        eq_row = tl.sum(eq, axis=1)
+        eq_rank = eq_before + (tl.cumsum(eq_row, axis=0) - eq_row)[:, None] + (tl.cumsum(eq, axis=1) - eq)
+        admitted = (key > thr) | ((eq != 0) & (eq_rank < need_eq))
+        n_row = tl.sum(admitted.to(tl.int64), axis=1)
+        start = drafts_before + tl.cumsum(n_row, axis=0) - n_row
+        tl.store(num_drafts_ptr + rows, n_row.to(tl.int32), mask=row_ok)
+        tl.store(query_lens_ptr + rows, (n_row + 1).to(tl.int32), mask=row_ok)
+        tl.store(qsl_ptr + rows + 1, (start + n_row + rows + 1).to(tl.int32), mask=row_ok)
+        flat = (rows[:, None] * n_pos + rk[None, :]).to(tl.int32)
+        tl.store(index_ptr + start[:, None] + rk[None, :], flat, mask=m2 & admitted)
+        eq_before += tl.sum(eq_row)
+        drafts_before += tl.sum(n_row)
+    rl = tl.arange(0, BLOCK_L)
+    for l0 in range(0, index_len, BLOCK_L):
+        pos = l0 + rl
+        tl.store(
+            index_ptr + pos,
+            tl.full((BLOCK_L,), -1, tl.int32),
+            mask=(pos < index_len) & (pos >= drafts_before),
+        )
+
+
+def allocate_verify_budget_triton(
+    survival: torch.Tensor,
+    total_budget: int | torch.Tensor,
+    capacities: torch.Tensor | None,
+    max_budget: int,
+) -> VerifyAllocation:
+    b, k = survival.shape
+    device = survival.device
+    length = index_length(b, k, max_budget)
+    num_drafts = torch.empty(b, dtype=torch.int32, device=device)
+    query_lens = torch.empty(b, dtype=torch.int32, device=device)
+    qsl = torch.empty(b + 1, dtype=torch.int32, device=device)
+    index = torch.empty(length, dtype=torch.int32, device=device)
+    scratch = torch.empty(b, k, dtype=torch.int32, device=device)
+    in_memory = isinstance(total_budget, torch.Tensor)
+    block_k = triton.next_power_of_2(k)
+    block_b = max(1, min(triton.next_power_of_2(b), 4096 // block_k))
+    _allocate_kernel[(1,)](
+        survival,
+        capacities if capacities is not None else num_drafts,  # unused pointer when HAS_CAP is False
+        total_budget if in_memory else num_drafts,  # unused pointer when the budget is an int
+        scratch,
+        num_drafts,
+        query_lens,
+        qsl,
+        index,
+        0 if in_memory else min(int(total_budget), max_budget),
+        min(max_budget, b * k),
+        b,
+        k,
+        survival.stride(0),
+        survival.stride(1),
+        length,
+        HAS_CAP=capacities is not None,
+        BUDGET_IN_MEMORY=in_memory,
+        BLOCK_B=block_b,
+        BLOCK_K=block_k,
+        BLOCK_L=1024,
+        num_warps=4,
+    )
+    return VerifyAllocation(num_drafts, query_lens, qsl, index)
