@@ -1,6 +1,6 @@
 // Meta implementations: output shapes and dtypes only, so torch.compile / graph capture can trace the ops
 // without running them. Each mirrors the allocation in csrc/torch_binding.cpp.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 #include <torch/library.h>
 
 namespace ascend_spec {
