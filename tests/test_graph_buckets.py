@@ -58,7 +58,9 @@ def test_bad_sizes(sizes, match):
         GraphBuckets(sizes)
 
 
-@pytest.mark.parametrize("n, match", [(0, "num_tokens must be >= 1; got 0"), (-3, ">= 1"), (1.5, "must be an int")])
+@pytest.mark.parametrize(
+    "n, match", [(0, "num_tokens must be >= 1; got 0"), (-3, ">= 1"), (1.5, "must be an int")]
+)
 def test_bad_pad(n, match):
     with pytest.raises(ValueError, match=match):
         SEED.pad(n)

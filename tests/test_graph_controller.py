@@ -85,6 +85,8 @@ def test_sync_plan_matches_brute_force_over_every_t(draft, verify, survival, q):
     assert torch.equal(plan.num_drafts, ref.num_drafts)
     assert plan.query_start_loc.tolist() == [0, *torch.cumsum(plan.num_drafts + 1, 0).tolist()]
     assert plan.target_tokens == b + plan.total_budget
+    want = [r * k + i for r in range(b) for i in range(int(plan.num_drafts[r]))]
+    assert plan.draft_index.tolist() == want
     # the chosen T is a bucket fill point or lies in the eager range
     if plan.speculate:
         assert plan.total_budget in ctl.candidates(b)
@@ -98,6 +100,7 @@ def test_seed_split_4_3_1_gives_offsets_0_5_9_11():
     assert ref.num_drafts.tolist() == [4, 3, 1]
     assert ref.query_lens.tolist() == [5, 4, 2]
     assert ref.query_start_loc.tolist() == [0, 5, 9, 11]
+    assert ref.draft_index.tolist() == [0, 1, 2, 3, 5, 6, 7, 10]  # b*K + i, request by request
     # the async controller with recent totals 8, 8, 8 and a graph of exactly 3 + 8 = 11 tokens does the same
     ctl = make({16: 1.0}, {4: 5.0, 11: 6.0, 16: 9.0}, 5, 5, mode="async")
     for _ in range(3):
@@ -106,6 +109,7 @@ def test_seed_split_4_3_1_gives_offsets_0_5_9_11():
     plan = ctl.plan(survival)
     assert plan.total_budget == 8 and plan.target_tokens == 11 and plan.target_bucket == 11
     assert plan.num_drafts.tolist() == [4, 3, 1] and plan.query_start_loc.tolist() == [0, 5, 9, 11]
+    assert plan.draft_index.tolist() == [0, 1, 2, 3, 5, 6, 7, 10]
 
 
 def test_seed_predict_total_10_12_10_is_11():
@@ -235,6 +239,7 @@ def test_ops_allocation_agrees_with_the_reference(survival, total):
     assert ops_split.allocator == "ops"
     assert torch.equal(ops_split.num_drafts, ref.num_drafts)
     assert torch.equal(ops_split.query_start_loc, ref.query_start_loc)
+    assert torch.equal(ops_split.draft_index, ref.draft_index)
 
 
 # -- explain and bad input ---------------------------------------------------------------------------------------

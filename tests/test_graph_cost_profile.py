@@ -79,8 +79,13 @@ def profiles(draw):
         costs[s] = total
     origins = {s: draw(st.sampled_from(["measured", "seed", "assumed"])) for s in sizes}
     slope = draw(st.one_of(st.none(), st.floats(0, 1, allow_nan=False)))
-    return CostProfile(costs, part=draw(st.sampled_from([None, "target", "draft"])), origins=origins,
-                       source=draw(st.one_of(st.none(), st.text(max_size=20))), eager_per_token=slope)
+    return CostProfile(
+        costs,
+        part=draw(st.sampled_from([None, "target", "draft"])),
+        origins=origins,
+        source=draw(st.one_of(st.none(), st.text(max_size=20))),
+        eager_per_token=slope,
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -102,13 +107,22 @@ def test_json_round_trip(tmp_path_factory, profile):
         ({"format": "v0", "points": []}, "format must be 'ascend-spec/cost-profile/v1'"),
         ({"format": "ascend-spec/cost-profile/v1", "points": []}, "points must not be empty"),
         ({"format": "ascend-spec/cost-profile/v1", "points": {"32": 1}}, "points must be a list"),
-        ({"format": "ascend-spec/cost-profile/v1", "points": [{"tokens": 32}]}, r"points\[0\] must be an object"),
         (
-            {"format": "ascend-spec/cost-profile/v1", "points": [{"tokens": 64, "cost": 1}, {"tokens": 32, "cost": 2}]},
+            {"format": "ascend-spec/cost-profile/v1", "points": [{"tokens": 32}]},
+            r"points\[0\] must be an object",
+        ),
+        (
+            {
+                "format": "ascend-spec/cost-profile/v1",
+                "points": [{"tokens": 64, "cost": 1}, {"tokens": 32, "cost": 2}],
+            },
             "ascending order; got 32 after 64",
         ),
         (
-            {"format": "ascend-spec/cost-profile/v1", "points": [{"tokens": 32, "cost": 1}, {"tokens": 32, "cost": 2}]},
+            {
+                "format": "ascend-spec/cost-profile/v1",
+                "points": [{"tokens": 32, "cost": 1}, {"tokens": 32, "cost": 2}],
+            },
             r"points\[1\] repeats bucket 32",
         ),
         (
@@ -147,13 +161,25 @@ def test_measure_on_cpu_takes_the_median_with_the_wall_clock():
     assert "median of 3 runs" in prof.source
 
 
-def test_measure_raises_noisy_inversions_to_the_running_maximum():
+def test_measure_raises_noisy_inversions_to_the_running_maximum(monkeypatch):
+    import ascend_spec.graph.cost_profile as module
+
+    class FakeClock:  # deterministic: each call "takes" its bucket's delay in seconds
+        now = 0.0
+
+        @classmethod
+        def perf_counter(cls):
+            return cls.now
+
     delays = {1: 0.004, 2: 0.001, 3: 0.006}
 
-    prof = CostProfile.measure(lambda n: time.sleep(delays[n]), [1, 2, 3], warmup=0, repeats=3, device="cpu")
-    assert prof.cost(2) == prof.cost(1) and prof.origins[2] == "adjusted"
-    assert prof.origins[1] == prof.origins[3] == "measured"
-    assert prof.cost(3) >= 6.0
+    def run(n):
+        FakeClock.now += delays[n]
+
+    monkeypatch.setattr(module, "time", FakeClock)
+    prof = CostProfile.measure(run, [1, 2, 3], warmup=0, repeats=3, device="cpu")
+    assert prof.costs == pytest.approx({1: 4.0, 2: 4.0, 3: 6.0})
+    assert prof.origins == {1: "measured", 2: "adjusted", 3: "measured"}
 
 
 def test_measure_bad_arguments():

@@ -23,6 +23,7 @@ class BudgetSplit:
     num_drafts: torch.Tensor  # [B] int32, admitted drafts per request (a prefix)
     query_lens: torch.Tensor  # [B] int32, num_drafts + 1 (the bonus token)
     query_start_loc: torch.Tensor  # [B + 1] int32, exclusive cumsum of query_lens
+    draft_index: torch.Tensor  # [T] int32, flat b*K + i of each admitted draft, request by request
     allocator: str  # "ops" (ascend_spec.ops.allocate_verify_budget) or "reference"
 
 
@@ -32,15 +33,17 @@ def reference_split(survival: torch.Tensor, total_budget: int) -> BudgetSplit:
     t = max(0, min(int(total_budget), b * k))
     flat = survival.reshape(-1).float()
     order = torch.sort(flat, descending=True, stable=True).indices[:t]
-    num = torch.bincount(torch.div(order, k, rounding_mode="floor"), minlength=b).to(torch.int32)
-    return finish_split(num, "reference")
+    return finish_split(order, b, k, "reference")
 
 
-def finish_split(num_drafts: torch.Tensor, allocator: str) -> BudgetSplit:
-    lens = (num_drafts + 1).to(torch.int32)
-    loc = torch.zeros(lens.numel() + 1, dtype=torch.int32, device=lens.device)
+def finish_split(admitted: torch.Tensor, b: int, k: int, allocator: str) -> BudgetSplit:
+    """Counts, lengths, offsets and the request-major draft index from the flat indices of the admitted slots."""
+    num = torch.bincount(torch.div(admitted, k, rounding_mode="floor"), minlength=b).to(torch.int32)
+    lens = num + 1
+    loc = torch.zeros(b + 1, dtype=torch.int32, device=num.device)
     loc[1:] = torch.cumsum(lens, 0)
-    return BudgetSplit(num_drafts.to(torch.int32), lens, loc, allocator)
+    index = torch.sort(admitted).values.to(torch.int32)  # b*K + i ascending: request by request, prefixes
+    return BudgetSplit(num, lens, loc, index, allocator)
 
 
 def ops_allocator():
@@ -59,5 +62,6 @@ def split_budget(survival: torch.Tensor, total_budget: int, *, backend: str = "a
         return reference_split(survival, total_budget)
     if survival.dtype == torch.float64:  # the ops take the drafter's dtypes (fp32/fp16/bf16)
         survival = survival.float()
-    out = alloc(survival, int(total_budget), backend=backend)
-    return finish_split(out.num_drafts, "ops")
+    t = int(total_budget)
+    out = alloc(survival, t, backend=backend)
+    return BudgetSplit(out.num_drafts, out.query_lens, out.query_start_loc, out.draft_index[:t], "ops")

@@ -53,6 +53,7 @@ class BudgetPlan:
     draft_bucket: int | None
     mode: str
     allocator: str
+    draft_index: torch.Tensor  # [T] int32: flat b*K + i of each verified draft, request by request
 
     @property
     def tokens_per_second(self) -> float:
@@ -249,8 +250,7 @@ class BudgetController:
         best = int(torch.argmin(obj))
         t = ts[best] if float(obj[best]) < plain / b else 0
         self.record_total(t)
-        num = torch.bincount(order[:t] // k, minlength=b).to(torch.int32).to(s.device)
-        split = finish_split(num, "reference")
+        split = finish_split(order[:t].to(s.device), b, k, "reference")
         return self._make_plan(b, t, split, b + float(prefix[t]))
 
     def _plan_async(self, s: torch.Tensor) -> BudgetPlan:
@@ -283,6 +283,7 @@ class BudgetController:
             draft_bucket=self.draft_cost.buckets.pad(b * q) if t else None,
             mode=self.mode,
             allocator=split.allocator,
+            draft_index=split.draft_index,
         )
 
     def _device_search(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
