@@ -156,7 +156,7 @@ def test_measure_on_cpu_takes_the_median_with_the_wall_clock():
     assert calls == [4] * 5 + [16] * 5 + [32] * 5
     assert prof.buckets.sizes == (4, 16, 32) and prof.part == "target"
     for n in (4, 16, 32):
-        assert n * 0.1 <= prof.cost(n) < n * 0.1 + 20.0  # ms; sleep never returns early
+        assert n * 0.1 <= prof.cost(n) < n * 0.1 + 200.0  # ms; sleep never returns early
         assert prof.origins[n] == "measured"
     assert "median of 3 runs" in prof.source
 

@@ -270,6 +270,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _origin_summary(profile: CostProfile) -> str:
+    counts: dict[str, int] = {}
+    for size in profile.costs:
+        origin = profile.origins.get(size, "unlabelled")
+        counts[origin] = counts.get(origin, 0) + 1
+    return ", ".join(f"{n} {origin}" for origin, n in counts.items())
+
+
 def _matplotlib_missing() -> bool:
     import importlib.util
 
@@ -298,6 +306,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print(f"profile: {profile.label} ({profile_path})")
     print(f"acceptance: {curve.label} ({curve_path})")
+    drafter = profile.drafters[curve.drafter]
+    print(
+        f"target cost points: {_origin_summary(profile.target)}; {curve.drafter} drafter: "
+        f"{_origin_summary(drafter.profile)}"
+    )
     mean = curve.mean_survival()
     print("mean survival p_1..p_K: " + ", ".join(f"{p:.3f}" for p in mean[: len(plans[0].fixed)]))
     print("expected tokens/s (* = a cost above the largest graph bucket, extrapolated eager):")
@@ -308,7 +321,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print("check: at every batch size the dynamic row >= the best fixed K and >= plain decoding")
     if args.explain is not None:
-        drafter = profile.drafters[curve.drafter]
         k = len(plans[0].fixed)
         ctl = BudgetController(
             drafter.cost_profile(k),
