@@ -197,15 +197,13 @@ def _slots(
     CPU advanced indexing and ``repeat_interleave`` open an OpenMP region even for a few thousand elements,
     which costs milliseconds on a loaded host.
     """
-    safe = pos.clamp_min(0)
-    page_idx = safe // bs
-    ok = (pos >= 0) & (page_idx < num_pages)
     if num_pages == 0:
         return torch.full_like(pos, -1)
-    flat_idx = (row_base + page_idx.clamp_max(num_pages - 1)).reshape(-1)
-    page = table.index_select(0, flat_idx).reshape(pos.shape).to(torch.int64)
-    ok &= page >= 0
-    return torch.where(ok, page * bs + safe % bs, torch.full_like(pos, -1))
+    page_idx = torch.div(pos, bs, rounding_mode="floor")  # negative positions give negative page indices
+    clamped = page_idx.clamp(0, num_pages - 1)
+    page = table.index_select(0, row_base + clamped).to(torch.int64)
+    ok = (clamped == page_idx) & (page >= 0)
+    return torch.where(ok, page * bs + (pos - page_idx * bs), -1)
 
 
 def block_slots_reference(
@@ -221,47 +219,53 @@ def block_slots_reference(
     sample_from_anchor: bool,
     num_padded_reqs: int,
 ) -> BlockSlots:
-    """Vectorised PyTorch implementation (the oracle); arguments already validated and normalised."""
+    """Vectorised PyTorch implementation (the oracle); arguments already validated and normalised.
+
+    Query and context tokens share one slot lookup: the B*Q query tokens first, then the context tokens.
+    """
     dev = anchor_positions.device
     b, r, q = anchor_positions.shape[0], num_padded_reqs, num_query_tokens
     i = torch.arange(q, device=dev)
     reqs = torch.arange(b, device=dev)
     p = anchor_positions
     rope = p if rope_positions is None else rope_positions  # [B] or [3, B]
+    lead = rope.shape[:-1]
     num_pages = block_table.shape[1]
-    table = block_table.reshape(-1)  # a copy only when the table is strided
-
-    input_ids = torch.full((r, q), mask_token_id, dtype=anchor_token_ids.dtype, device=dev)
-    input_ids[:b, 0] = anchor_token_ids
-    positions = torch.zeros((*rope.shape[:-1], r, q), dtype=torch.int64, device=dev)
-    positions[..., :b, :] = rope[..., None] + i
-    slot_mapping = torch.full((r, q), -1, dtype=torch.int64, device=dev)
-    slot_mapping[:b] = _slots(table, num_pages, reqs[:, None] * num_pages, p[:, None] + i, block_size)
-    seq_lens = torch.zeros(r, dtype=torch.int32, device=dev)
-    seq_lens[:b] = (p + q).to(torch.int32)
-    query_start_loc = (torch.arange(r + 1, device=dev) * q).to(torch.int32)
-    first = 0 if sample_from_anchor else 1
-    sample_indices = (reqs[:, None] * q + torch.arange(first, q, device=dev)).reshape(-1)
 
     ctx_start, total = context_start_loc_and_total(context_lens, b, dev)
+    row_base = (reqs * num_pages)[:, None].expand(b, q).reshape(-1)
+    pos = (p[:, None] + i).reshape(-1)
     if total:
         ends = ctx_start[1:].to(torch.int64)
         # request of each context token: how many requests 1..B-1 start at or before it
         req = torch.cumsum(torch.bincount(ends[: b - 1], minlength=total + 1)[:total], 0)
         back = ends.index_select(0, req) - torch.arange(total, device=dev)  # n_b - j, in 1..n_b
-        ctx_slots = _slots(table, num_pages, req * num_pages, p.index_select(0, req) - back, block_size)
+        row_base = torch.cat([row_base, req * num_pages])
+        pos = torch.cat([pos, p.index_select(0, req) - back])
         ctx_pos = rope.index_select(-1, req) - back
     else:
-        ctx_slots = torch.empty(0, dtype=torch.int64, device=dev)
-        ctx_pos = torch.empty((*rope.shape[:-1], 0), dtype=torch.int64, device=dev)
+        ctx_pos = torch.empty((*lead, 0), dtype=torch.int64, device=dev)
+    slots = _slots(block_table.reshape(-1), num_pages, row_base, pos, block_size)
+
+    input_ids = torch.full((r, q), mask_token_id, dtype=anchor_token_ids.dtype, device=dev)
+    input_ids[:b, 0] = anchor_token_ids
+    positions = torch.zeros((*lead, r, q), dtype=torch.int64, device=dev)
+    positions[..., :b, :] = rope[..., None] + i
+    slot_mapping = torch.full((r * q,), -1, dtype=torch.int64, device=dev)
+    slot_mapping[: b * q] = slots[: b * q]
+    seq_lens = torch.zeros(r, dtype=torch.int32, device=dev)
+    seq_lens[:b] = p + q
+    query_start_loc = torch.arange(0, (r + 1) * q, q, dtype=torch.int32, device=dev)
+    first = 0 if sample_from_anchor else 1
+    sample_indices = (reqs[:, None] * q + i[first:]).reshape(-1)
     return BlockSlots(
         input_ids=input_ids.reshape(-1),
-        positions=positions.reshape(*rope.shape[:-1], r * q),
-        slot_mapping=slot_mapping.reshape(-1),
+        positions=positions.reshape(*lead, r * q),
+        slot_mapping=slot_mapping,
         query_start_loc=query_start_loc,
         seq_lens=seq_lens,
         sample_indices=sample_indices,
-        context_slot_mapping=ctx_slots,
+        context_slot_mapping=slots[b * q :],
         context_positions=ctx_pos,
         context_start_loc=ctx_start,
     )
@@ -276,7 +280,41 @@ def _check_values(
     rope_positions: torch.Tensor | None,
     context_lens: torch.Tensor | None,
 ) -> None:
-    """Value checks (host reads): one sync when all is well; on failure, name the first bad request."""
+    """Value checks (host reads): one sync and few ops when all is well; else name the first bad request.
+
+    Every rule is "some value < 0" (token id, context length, first context position, first context rope
+    position, room left in the table and in int32 seq_lens) except the negative page ids under a token.
+    """
+    p = anchor_positions
+    b, num_pages = block_table.shape
+    if b == 0:
+        return
+    lo = p if context_lens is None else p - context_lens
+    parts = [anchor_token_ids.to(torch.int64), (min(num_pages * block_size, INT32_MAX + 1) - q) - p, lo]
+    if context_lens is not None:
+        parts.append(context_lens)
+    if rope_positions is not None:
+        parts.append((rope_positions if context_lens is None else rope_positions - context_lens).reshape(-1))
+    cols = torch.arange(num_pages, device=p.device)
+    neg_page = (
+        (block_table < 0)
+        & (cols >= (lo // block_size)[:, None])
+        & (cols <= ((p + q - 1) // block_size)[:, None])
+    )
+    if bool((torch.cat(parts).min() < 0) | neg_page.any()):
+        _raise_value_error(anchor_token_ids, p, block_table, block_size, q, rope_positions, context_lens)
+
+
+def _raise_value_error(
+    anchor_token_ids: torch.Tensor,
+    anchor_positions: torch.Tensor,
+    block_table: torch.Tensor,
+    block_size: int,
+    q: int,
+    rope_positions: torch.Tensor | None,
+    context_lens: torch.Tensor | None,
+) -> None:
+    """The slow path of :func:`_check_values`: find the first bad rule and request, and say what is wrong."""
     p = anchor_positions
     b, num_pages = block_table.shape
     n = torch.zeros_like(p) if context_lens is None else context_lens
@@ -300,7 +338,7 @@ def _check_values(
         neg_page.any(1),
     ]
     flags = torch.stack(bad)
-    if not bool(flags.any()):
+    if not bool(flags.any()):  # pragma: no cover - the fast path flagged something these rules cover
         return
     kind, req = (int(x) for x in flags.nonzero()[0])
     pv, nv = int(p[req]), int(n[req])
