@@ -29,7 +29,9 @@ def test_seed_64_requests_times_10_tokens_on_shipped_910b_buckets():
     assert b.pad(184) == b.pad(160) == 192
     assert b.pad(128) == 128
     assert b.pad(256 * 10) == 2560
-    assert GraphBuckets.for_soc("ascend910b", "draft").pad(256 * 9) == 2304
+    draft = GraphBuckets.for_soc("ascend910b", "draft")
+    assert draft.pad(256 * 9) == 2304
+    assert draft.pad(16 * 7) == 112 and b.pad(16 * 7) == 128  # seed B=16, K=7 DSpark: drafter 112, target 128
 
 
 def test_sizes_are_sorted_and_container_behaviour():
