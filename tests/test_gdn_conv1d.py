@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ascend_spec.gdn.conv1d import allocate_conv_records, flush_conv_pending, verify_causal_conv1d
 
-BACKENDS = ["reference", "triton"]
+BACKENDS = ["reference", "triton", "ascendc"]
 
 
 def oracle_outputs(history: torch.Tensor, weight: torch.Tensor, bias, n_out: int, silu: bool) -> torch.Tensor:
@@ -170,13 +170,61 @@ def test_reference_random_sessions(seed, width, max_len):
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("backend", ["triton", "ascendc"])
 @settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 2**30), width=st.integers(2, 5))
-def test_triton_random_sessions(seed, width):
+def test_kernel_random_sessions(backend, seed, width):
     run_session(
-        seed, steps=3, backend="triton", dtype=torch.float32, num_slots=3, channels=8, width=width,
+        seed, steps=3, backend=backend, dtype=torch.float32, num_slots=3, channels=8, width=width,
         max_len=20, bias=True, silu=True,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["triton", "ascendc"])
+@pytest.mark.parametrize(
+    ("x_dtype", "rec_dtype", "pool_dtype"),
+    [
+        (torch.bfloat16, torch.float32, torch.float32),
+        (torch.bfloat16, torch.bfloat16, torch.float32),
+        (torch.float16, torch.float16, torch.bfloat16),
+        (torch.float32, torch.float32, torch.bfloat16),
+    ],
+)
+def test_mixed_dtypes_match_reference(backend, x_dtype, rec_dtype, pool_dtype):
+    """Kernels agree with the reference when x, records and pool dtypes differ (state conversions included)."""
+    gen = torch.Generator().manual_seed(9)
+    S, C, W, L = 3, 40, 4, 18
+    weight = torch.randn(C, W, generator=gen).to(torch.bfloat16)
+    bias = torch.randn(C, generator=gen).to(torch.float16)
+    pools = [torch.randn(S, C, W - 1, generator=gen).to(pool_dtype) for _ in range(2)]
+    pools[1].copy_(pools[0])
+    recs = [allocate_conv_records(S, L, C, W, dtype=rec_dtype) for _ in range(2)]
+    steps = [([2, -1, 0], [5, 2, 18], [0, 1, 0]), ([0, 1, 2], [3, 0, 1], [7, 0, 4]), ([1, 0], [2, 2], [0, 3])]
+    for rows, lens, pend in steps:
+        cu = torch.tensor([0, *lens], dtype=torch.int32).cumsum(0).to(torch.int32)
+        x = torch.randn(int(cu[-1]), C, generator=gen).to(x_dtype)
+        kw = dict(cu_seqlens=cu, state_indices=torch.tensor(rows, dtype=torch.int32))
+        outs = []
+        for which, pool, rec in (("reference", pools[0], recs[0]), (backend, pools[1], recs[1])):
+            pending = torch.tensor(pend, dtype=torch.int32)
+            outs.append(
+                verify_causal_conv1d(
+                    x, weight, bias, conv_state_pool=pool, records=rec, pending=pending, backend=which, **kw
+                )
+            )
+        tol = 1e-5 if x_dtype == torch.float32 else 1e-2
+        torch.testing.assert_close(outs[1], outs[0], rtol=tol, atol=tol)
+        assert torch.equal(pools[1], pools[0])
+        assert torch.equal(recs[1].x, recs[0].x) and torch.equal(recs[1].num_recorded, recs[0].num_recorded)
+    for pool, rec, which in ((pools[0], recs[0], "reference"), (pools[1], recs[1], backend)):
+        flush_conv_pending(
+            pool,
+            torch.tensor([0, 1, 2], dtype=torch.int32),
+            rec,
+            torch.tensor([1, 2, 1], dtype=torch.int32),
+            backend=which,
+        )
+    assert torch.equal(pools[1], pools[0])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -244,3 +292,27 @@ def test_multi_layer_flush_keeps_pending_until_caller_zeroes_it(backend):
         for s, seq in ((1, x[0:2]), (0, x[3:7])):
             want = torch.cat([old[s].T, seq])[-(W - 1) :].T
             assert torch.equal(pool[s], want)
+
+
+def test_package_flush_pending_forwards_conv_records():
+    """ascend_spec.gdn.flush_pending serves conv layers too (one flush call per layer, whatever its kind)."""
+    from ascend_spec.gdn import flush_pending
+
+    gen = torch.Generator().manual_seed(2)
+    S, C, W = 2, 5, 4
+    pool = torch.randn(S, C, W - 1, generator=gen)
+    rec = allocate_conv_records(S, 6, C, W, dtype=torch.float32)
+    x = torch.randn(6, C, generator=gen)
+    idx = torch.tensor([1, 0], dtype=torch.int32)
+    cu = torch.tensor([0, 4, 6], dtype=torch.int32)
+    zero = torch.zeros(2, dtype=torch.int32)
+    verify_causal_conv1d(
+        x, torch.randn(C, W), None, cu_seqlens=cu, conv_state_pool=pool, state_indices=idx, records=rec,
+        pending=zero,
+    )  # fmt: skip
+    old = pool.clone()
+    pending = torch.tensor([4, 1], dtype=torch.int32)
+    flush_pending(pool, idx, rec, pending)
+    assert pending.tolist() == [0, 0]
+    assert torch.equal(pool[1], torch.cat([old[1].T, x[0:4]])[-(W - 1) :].T)
+    assert torch.equal(pool[0], torch.cat([old[0].T, x[4:5]])[-(W - 1) :].T)

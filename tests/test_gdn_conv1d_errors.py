@@ -167,7 +167,7 @@ def test_records_nbytes():
     assert allocate_conv_records(8, 16, 32, 4, dtype=torch.float32).nbytes == 8 * 16 * 32 * 4 + 8 * 4
 
 
-@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("backend", ["reference", "triton", "ascendc"])
 def test_unchecked_pending_is_clamped_to_recorded(backend, monkeypatch):
     """Checks off (as on device): an oversized pending commits only what was recorded, never stale data."""
     torch.manual_seed(0)

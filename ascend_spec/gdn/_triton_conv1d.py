@@ -19,6 +19,16 @@ _BLOCK_B = 128
 
 
 @triton.jit
+def _cast(v, dtype: tl.constexpr):
+    """fp32 -> dtype with round-to-nearest-even also for bf16 (the interpreter truncates a plain ``.to``)."""
+    if dtype == tl.bfloat16:
+        u = v.to(tl.uint32, bitcast=True)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+        v = u.to(tl.float32, bitcast=True)
+    return v.to(dtype)
+
+
+@triton.jit
 def _taps(
     x_ptr,
     w_ptr,
@@ -110,7 +120,7 @@ def _emit(
     if SILU:
         acc = acc / (1.0 + tl.exp(-acc))
     acc = tl.where(valid, acc, 0.0)
-    tl.store(y_ptr + (bos + t)[:, None] * C + offs_c[None, :], acc.to(y_ptr.dtype.element_ty), mask=m2)
+    tl.store(y_ptr + (bos + t)[:, None] * C + offs_c[None, :], _cast(acc, y_ptr.dtype.element_ty), mask=m2)
     xv = tl.load(x_ptr + (bos + t)[:, None] * sx_t + offs_c[None, :] * sx_c, mask=m2, other=0.0)
     m_rec = m2 & (t < tl.where(valid, L, 0))[:, None]
     tl.store(
@@ -213,7 +223,7 @@ def _verify_kernel(
     m_st = (k < tl.where(active & (p > 0), W - 1, 0))[:, None] & cmask[None, :]
     tl.store(
         pool_ptr + slot * sp_s + offs_c[None, :] * sp_c + k[:, None] * sp_k,
-        st.to(pool_ptr.dtype.element_ty),
+        _cast(st, pool_ptr.dtype.element_ty),
         mask=m_st,
     )
     _emit(
@@ -264,7 +274,7 @@ def _flush_kernel(
     k = tl.arange(0, BLOCK_K)
     tl.store(
         pool_ptr + slot * sp_s + offs_c[None, :] * sp_c + k[:, None] * sp_k,
-        st.to(pool_ptr.dtype.element_ty),
+        _cast(st, pool_ptr.dtype.element_ty),
         mask=(k < tl.where(act, W - 1, 0))[:, None] & cmask[None, :],
     )
 
