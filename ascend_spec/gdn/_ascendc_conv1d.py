@@ -63,7 +63,9 @@ def _launch(
         ctypes.c_int64(width), ctypes.c_int64(rec.shape[1]), ctypes.c_int64(pool.shape[0]),
         ctypes.c_bool(bias is not None), ctypes.c_bool(silu), ctypes.c_int64(mode), ctypes.c_int64(spec.ub_bytes),
     ]  # fmt: skip
-    tensors = [t for t in (x, weight_t, bias, y, pool, rec, records.num_recorded, cu, idx, pending) if t is not None]
+    tensors = [
+        t for t in (x, weight_t, bias, y, pool, rec, records.num_recorded, cu, idx, pending) if t is not None
+    ]
     host_model.launch(KERNEL, "verify_causal_conv1d_host", args, tensors=tensors, soc=spec)
 
 
@@ -84,9 +86,8 @@ def verify_conv1d_ascendc(
     weight_t = weight.t().to(torch.float32).contiguous()
     bias32 = None if bias is None else bias.to(torch.float32).contiguous()
     if x.device.type == "npu":  # pragma: no cover - needs CANN and an NPU
-        return _npu_op()(
-            x, weight_t, bias32, cu_seqlens, pool, state_indices, records.x, records.num_recorded, pending, silu
-        )
+        rec, nrec = records.x, records.num_recorded
+        return _npu_op()(x, weight_t, bias32, cu_seqlens, pool, state_indices, rec, nrec, pending, silu)
     y = torch.empty(num_tokens, channels, dtype=x.dtype, device=x.device)
     if state_indices.shape[0] == 0:
         return y
@@ -107,7 +108,9 @@ def flush_conv_ascendc(
     if pool.device.type == "npu":  # pragma: no cover - needs CANN and an NPU
         op = getattr(torch.ops._C_ascend_spec, "npu_flush_conv_pending", None)
         if op is None:
-            raise BackendUnavailableError("flush_conv_pending: the loaded extension has no npu_flush_conv_pending")
+            raise BackendUnavailableError(
+                "flush_conv_pending: the loaded extension has no npu_flush_conv_pending"
+            )
         op(pool, state_indices, records.x, records.num_recorded, pending, reset_pending)
         return
     if state_indices.shape[0] == 0:
