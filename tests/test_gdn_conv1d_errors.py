@@ -198,3 +198,14 @@ def test_unchecked_pending_is_clamped_to_recorded(backend, monkeypatch):
     assert not torch.isnan(y).any()
     torch.testing.assert_close(y, want)
     torch.testing.assert_close(pool, clamped_pool)
+
+
+def test_package_exports_and_bytes_per_slot():
+    import ascend_spec.gdn as gdn
+
+    rec = gdn.allocate_conv_records(4, 16, 32, 4, dtype=torch.float32)
+    assert isinstance(rec, gdn.ConvRecords)
+    assert (
+        rec.bytes_per_slot == gdn.conv_record_bytes_per_slot(16, 32, dtype=torch.float32) == 16 * 32 * 4 + 4
+    )
+    assert gdn.verify_causal_conv1d is verify_causal_conv1d and gdn.flush_conv_pending is flush_conv_pending

@@ -67,6 +67,20 @@ class ConvRecords:
     def nbytes(self) -> int:
         return self.x.numel() * self.x.element_size() + self.num_recorded.numel() * 4
 
+    @property
+    def bytes_per_slot(self) -> int:
+        return self.nbytes // self.num_slots
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.x, self.num_recorded)
+
+
+def conv_record_bytes_per_slot(
+    max_tokens_per_step: int, channels: int, *, dtype: torch.dtype = torch.bfloat16
+) -> int:
+    """Bytes :func:`allocate_conv_records` uses per state slot (memory planning without allocating)."""
+    return max_tokens_per_step * channels * torch.empty((), dtype=dtype).element_size() + 4
+
 
 def allocate_conv_records(
     num_slots: int,
