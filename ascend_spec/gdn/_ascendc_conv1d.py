@@ -19,6 +19,9 @@ from ascend_spec.backend import BackendUnavailableError
 KERNEL = "verify_causal_conv1d"
 _TYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _MODE_VERIFY, _MODE_FLUSH, _MODE_FLUSH_RESET = 0, 1, 2
+# Tests flip these: run the host model's blocks last-to-first (exposes cross-core order dependence) / other SoCs.
+REVERSE_BLOCKS = False
+SOC: str | None = None
 
 
 def _npu_op():  # pragma: no cover - needs CANN and an NPU
@@ -33,6 +36,29 @@ def _npu_op():  # pragma: no cover - needs CANN and an NPU
 
 def _i32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int32).contiguous()
+
+
+def tile_channels(
+    channels: int, width: int, x_dtype: torch.dtype, rec_dtype: torch.dtype, pool_dtype: torch.dtype
+) -> int:
+    """Channels per unit the kernel's tiling picks on the host model's SoC (what fits its Unified Buffer)."""
+    spec = host_model.soc_spec(SOC)
+    fn = host_model.load_kernel(KERNEL).verify_causal_conv1d_tile_channels
+    fn.restype = ctypes.c_int64
+    codes = (_TYPE_CODES[x_dtype], _TYPE_CODES[rec_dtype], _TYPE_CODES[pool_dtype])
+    null = ctypes.c_void_p(0)
+    ints = (*codes, 1, channels, width, 1, 1)
+    return int(
+        fn(
+            ctypes.c_uint32(spec.vector_cores),
+            *([null] * 10),
+            *(ctypes.c_int64(v) for v in ints),
+            ctypes.c_bool(True),
+            ctypes.c_bool(True),
+            ctypes.c_int64(_MODE_VERIFY),
+            ctypes.c_int64(spec.ub_bytes),
+        )  # fmt: skip
+    )
 
 
 def _launch(
@@ -52,7 +78,7 @@ def _launch(
     mode: int,
 ) -> None:
     """Run the kernel pair under the host model; ``pool``/``pending`` must be contiguous (written in place)."""
-    spec = host_model.soc_spec()
+    spec = host_model.soc_spec(SOC)
     rec = records.x
     ptr = host_model.tensor_ptr
     args = [
@@ -66,7 +92,9 @@ def _launch(
     tensors = [
         t for t in (x, weight_t, bias, y, pool, rec, records.num_recorded, cu, idx, pending) if t is not None
     ]
-    host_model.launch(KERNEL, "verify_causal_conv1d_host", args, tensors=tensors, soc=spec)
+    host_model.launch(
+        KERNEL, "verify_causal_conv1d_host", args, tensors=tensors, soc=spec, reverse_blocks=REVERSE_BLOCKS
+    )
 
 
 def verify_conv1d_ascendc(
