@@ -350,13 +350,15 @@ def _verify_reference(
         u_p[:n, t] = u_t
     o[pos[live]] = o_p[live].to(o.dtype)
 
-    # 3) records of this call into the other bank (u: single copy), then the metadata.
+    # 3) records of this call into the other bank (u: single copy), then the metadata. Lengths above the
+    # capacity only get here with value checks off: no record is written past it, num_recorded = capacity.
     new_bank = 1 - bank
-    records.k[slots, new_bank, :max_len] = k_p
-    records.g[slots, new_bank, :max_len] = g_p
-    records.u[slots, :max_len] = u_p
+    cap = min(max_len, records.max_tokens_per_step)
+    records.k[slots, new_bank, :cap] = k_p[:, :cap]
+    records.g[slots, new_bank, :cap] = g_p[:, :cap]
+    records.u[slots, :cap] = u_p[:, :cap]
     records.bank[slots] = new_bank.to(torch.int32)
-    records.num_recorded[slots] = lens_r.to(torch.int32)
+    records.num_recorded[slots] = lens_r.clamp(max=records.max_tokens_per_step).to(torch.int32)
     return o
 
 
