@@ -452,3 +452,22 @@ def test_bench_case_quick(backend: str) -> None:
         # ids + positions + slots (8 B each per row), qsl, seq_lens, samples, context slots + positions, ctx loc
         want = r * case.Q * 24 + (r + 1) * 4 + r * 4 + b * (case.Q - 1) * 8 + n_ctx * 16 + (b + 1) * 4
         assert row.metrics["bytes_written"] == want
+
+
+def test_reference_reads_no_device_values_without_context(monkeypatch) -> None:
+    """Graph capture needs sync-free ops: on meta tensors any host read fails, so with value checks off (the
+    default off CPU) and no ``context_lens`` the op must read nothing; with it, the one documented read sizes
+    the context outputs."""
+    monkeypatch.setenv("ASCEND_SPEC_CHECKS", "0")
+    meta = dict(dtype=torch.int64, device="meta")
+    args = (
+        torch.zeros(3, **meta),
+        torch.zeros(3, **meta),
+        torch.zeros(3, 5, dtype=torch.int32, device="meta"),
+    )
+    kw = dict(block_size=4, num_query_tokens=4, mask_token_id=1, backend="reference")
+    out = prepare_block_slots(*args, num_padded_reqs=5, rope_positions=torch.zeros(3, 3, **meta), **kw)
+    assert out.positions.shape == (3, 20) and out.slot_mapping.shape == (20,)
+    assert out.sample_indices.shape == (9,) and out.context_positions.shape == (3, 0)
+    with pytest.raises(RuntimeError, match="item"):
+        prepare_block_slots(*args, context_lens=torch.zeros(3, **meta), **kw)
