@@ -471,3 +471,18 @@ def test_reference_reads_no_device_values_without_context(monkeypatch) -> None:
     assert out.sample_indices.shape == (9,) and out.context_positions.shape == (3, 0)
     with pytest.raises(RuntimeError, match="item"):
         prepare_block_slots(*args, context_lens=torch.zeros(3, **meta), **kw)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_empty_block_table(backend: str, monkeypatch) -> None:
+    """M = 0 pages: nothing can be placed; checks on name the request, checks off write -1 everywhere."""
+    args = (torch.tensor([5]), torch.tensor([3]), torch.zeros(1, 0, dtype=torch.int32))
+    kw = dict(
+        block_size=4, num_query_tokens=3, mask_token_id=1, context_lens=torch.tensor([2]), backend=backend
+    )
+    with pytest.raises(ValueError, match=r"request 0: the block runs past the block table.*0 pages"):
+        prepare_block_slots(*args, **kw)
+    monkeypatch.setenv("ASCEND_SPEC_CHECKS", "0")
+    out = prepare_block_slots(*args, **kw)
+    assert out.slot_mapping.tolist() == [-1, -1, -1] and out.context_slot_mapping.tolist() == [-1, -1]
+    assert out.positions.tolist() == [3, 4, 5] and out.context_positions.tolist() == [1, 2]
