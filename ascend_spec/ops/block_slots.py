@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ascend_spec.backend import BackendUnavailableError, resolve_backend, value_checks_enabled
+from ascend_spec.backend import resolve_backend, value_checks_enabled
 from ascend_spec.checks import INDEX_DTYPES, check_positive_int, check_tensor
 
 OP = "prepare_block_slots"
@@ -163,10 +163,8 @@ def prepare_block_slots(
         from ascend_spec.ops._triton_block_slots import prepare_block_slots_triton
 
         return prepare_block_slots_triton(**kwargs)
-    try:
-        from ascend_spec.ops._ascendc_block_slots import prepare_block_slots_ascendc
-    except ModuleNotFoundError as exc:  # pragma: no cover - only before the AscendC path lands
-        raise BackendUnavailableError(f"{OP}: the AscendC path is missing ({exc})") from exc
+    from ascend_spec.ops._ascendc_block_slots import prepare_block_slots_ascendc
+
     return prepare_block_slots_ascendc(**kwargs)
 
 
