@@ -140,15 +140,20 @@ def test_triton_many_tiles_matches_reference() -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_out_of_contract_values_without_checks(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Checks off: running minimum along K, NaN ranked last, capacities and budget clamped - still prefixes."""
+    """Checks off: clamp to [0, 1], NaN as 0, running minimum along K, capacities and budget clamped - prefixes."""
     monkeypatch.setenv("ASCEND_SPEC_CHECKS", "0")
     s = torch.tensor([[0.5, 0.9, 0.8], [float("nan"), 0.7, 0.6], [0.6, 0.55, float("nan")]])
-    # Effective keys: [0.5, 0.5, 0.5], [-inf, -inf, -inf], [0.6, 0.55, -inf].
+    # Effective keys: [0.5, 0.5, 0.5], [0, 0, 0], [0.6, 0.55, 0].
     check_layout(run(s, 4, backend), [2, 0, 2], 3, 4)
-    check_layout(run(s, 7, backend), [3, 2, 2], 3, 7)  # -inf ties: flat order
+    check_layout(run(s, 7, backend), [3, 2, 2], 3, 7)  # ties at 0: flat order
     caps = torch.tensor([-2, 9, 2])
     check_layout(run(s, torch.tensor(50), backend, capacities=caps, max_budget=4), [0, 2, 2], 3, 4)
     check_layout(run(s, torch.tensor(-3), backend), [0, 0, 0], 3, 9)
+    # Out of [0, 1]: 1.5 and inf count as 1.0, negatives and -inf as 0.
+    s = torch.tensor([[1.5, 0.2, -1.0], [float("inf"), 1.0, 0.9], [float("-inf"), 0.8, 0.7]])
+    # Keys: [1, 0.2, 0], [1, 1, 0.9], [0, 0, 0].
+    check_layout(run(s, 3, backend), [1, 2, 0], 3, 3)
+    check_layout(run(s, 6, backend), [3, 3, 0], 3, 6)  # 1, 1, 1, 0.9, 0.2, then the first 0 (flat order)
 
 
 def test_reference_runs_on_meta_without_reading_values(monkeypatch: pytest.MonkeyPatch) -> None:

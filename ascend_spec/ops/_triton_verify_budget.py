@@ -3,11 +3,11 @@
 Imported lazily from :mod:`ascend_spec.ops.verify_budget`. One program walks the [B, K] slots in [BLOCK_B, BLOCK_K]
 tiles (B*K is small: 256 x 16 = 4096 slots in the seed's batch):
 
-1. key pass: survival -> fp32, NaN -> -inf, running minimum along K (``tl.associative_scan``), then the
-   order-preserving int32 image of the float (``bits`` for x >= 0, ``bits ^ 0x7FFFFFFF`` below); ineligible slots
-   (position >= capacity) get INT32_MIN, below every real key. Keys go to an int32 scratch [B, K]; the pass also
+1. key pass: survival -> fp32, NaN -> 0, clamp to [0, 1], running minimum along K (``tl.associative_scan``),
+   then the float's bit pattern as int32 (non-negative floats order like their bits); ineligible slots
+   (position >= capacity) get -1, below every real key. Keys go to an int32 scratch [B, K]; the pass also
    counts the E eligible slots and the budget becomes ``T = min(clamp(budget, 0, max_budget), E)``.
-2. bisection: the largest key ``t`` with ``#{key >= t} >= T``, 32 fixed steps over the int32 range (each step a
+2. bisection: the largest key ``t`` with ``#{key >= t} >= T``, 32 fixed steps over [0, bits(1.0)] (each step a
    count over the scratch), so the trip count never depends on values.
 3. admit pass: a slot is admitted when ``key > t``, or ``key == t`` and fewer than ``T - #{key > t}`` equal keys
    precede it in flat b-major order (an exclusive prefix count) - the tie rule "lower request, then lower
@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ascend_spec.ops.verify_budget import VerifyAllocation, index_length
 
-INT32_MIN: tl.constexpr = tl.constexpr(-(2**31))
+ONE_BITS: tl.constexpr = tl.constexpr(0x3F800000)  # bit pattern of 1.0f, the largest key
 
 
 @triton.jit
@@ -66,18 +66,18 @@ def _allocate_kernel(
         m2 = row_ok[:, None] & col_ok[None, :]
         ptrs = surv_ptr + rows.to(tl.int64)[:, None] * stride_b + rk[None, :] * stride_k
         s = tl.load(ptrs, mask=m2, other=0.0).to(tl.float32)
-        s = tl.where(s != s, float("-inf"), s)
+        s = tl.where(s != s, 0.0, s)
+        s = tl.minimum(tl.maximum(s, 0.0), 1.0)
         s = tl.where(s == 0.0, 0.0, s)  # -0.0 -> +0.0: equal floats must get equal keys
         s = tl.associative_scan(s, 1, _min_combine)
-        bits = s.to(tl.int32, bitcast=True)
-        key = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+        key = s.to(tl.int32, bitcast=True)
         if HAS_CAP:
             cap = tl.load(cap_ptr + rows, mask=row_ok, other=0).to(tl.int32)
             cap = tl.minimum(tl.maximum(cap, 0), n_pos)
         else:
             cap = tl.full((BLOCK_B,), 0, tl.int32) + n_pos
         elig = m2 & (rk[None, :] < cap[:, None])
-        key = tl.where(elig, key, INT32_MIN)
+        key = tl.where(elig, key, -1)
         tl.store(scratch_ptr + rows[:, None] * n_pos + rk[None, :], key, mask=m2)
         n_elig += tl.sum(elig.to(tl.int64))
     if BUDGET_IN_MEMORY:  # noqa: SIM108  (a constexpr branch: only one side is compiled)
@@ -88,16 +88,16 @@ def _allocate_kernel(
     budget = tl.minimum(budget, n_elig)
     tl.debug_barrier()  # scratch written above is read by other threads below
 
-    # 2. bisection for the T-th best key t: invariant #{key >= lo} >= T (lo = INT32_MIN + 1 counts all of E).
-    lo = tl.zeros((), tl.int64) + (INT32_MIN + 1)
-    hi = tl.zeros((), tl.int64) + (2**31 - 1)
+    # 2. bisection for the T-th best key t: invariant #{key >= lo} >= T (lo = 0 counts all E eligible slots).
+    lo = tl.zeros((), tl.int64)
+    hi = tl.zeros((), tl.int64) + ONE_BITS
     for _ in range(32):
         mid = lo + (hi - lo + 1) // 2
         cnt = tl.zeros((), tl.int64)
         for b0 in range(0, n_req, BLOCK_B):
             rows = b0 + rb
             m2 = (rows < n_req)[:, None] & col_ok[None, :]
-            key = tl.load(scratch_ptr + rows[:, None] * n_pos + rk[None, :], mask=m2, other=INT32_MIN)
+            key = tl.load(scratch_ptr + rows[:, None] * n_pos + rk[None, :], mask=m2, other=-1)
             cnt += tl.sum((key.to(tl.int64) >= mid).to(tl.int64))
         ok = cnt >= budget
         lo = tl.where(ok, mid, lo)
@@ -107,7 +107,7 @@ def _allocate_kernel(
     for b0 in range(0, n_req, BLOCK_B):
         rows = b0 + rb
         m2 = (rows < n_req)[:, None] & col_ok[None, :]
-        key = tl.load(scratch_ptr + rows[:, None] * n_pos + rk[None, :], mask=m2, other=INT32_MIN)
+        key = tl.load(scratch_ptr + rows[:, None] * n_pos + rk[None, :], mask=m2, other=-1)
         n_gt += tl.sum((key.to(tl.int64) > thr).to(tl.int64))
     need_eq = budget - n_gt  # equal-to-threshold slots still to admit, in flat order
 
@@ -119,9 +119,7 @@ def _allocate_kernel(
         rows = b0 + rb
         row_ok = rows < n_req
         m2 = row_ok[:, None] & col_ok[None, :]
-        key = tl.load(scratch_ptr + rows[:, None] * n_pos + rk[None, :], mask=m2, other=INT32_MIN).to(
-            tl.int64
-        )
+        key = tl.load(scratch_ptr + rows[:, None] * n_pos + rk[None, :], mask=m2, other=-1).to(tl.int64)
         eq = (key == thr).to(tl.int64)
         eq_row = tl.sum(eq, axis=1)
         eq_rank = eq_before + (tl.cumsum(eq_row, axis=0) - eq_row)[:, None] + (tl.cumsum(eq, axis=1) - eq)

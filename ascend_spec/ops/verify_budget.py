@@ -14,15 +14,14 @@ then lower position. Survival is non-increasing along K (a cumulative product of
 floating point), so with this order a request's admitted slots are always a prefix, even when confidences are
 exactly equal or exactly 1.0. Slots at positions ``>= capacities[b]`` are never admitted and take no budget.
 
-Inputs outside the contract, when value checks are off (they raise ValueError when on): the kernels rank each
-slot by the running minimum of survival along its row (so the admitted set is still a prefix), treat NaN as
-``-inf`` (ranked last, still admitted when the budget reaches it), clamp capacities to [0, K] and the budget to
-[0, max_budget].
+Inputs outside the contract, when value checks are off (they raise ValueError when on): survival is clamped
+to [0, 1] with NaN counted as 0, each slot is ranked by the running minimum of survival along its row (so the
+admitted set is still a prefix), capacities are clamped to [0, K] and the budget to [0, max_budget].
 
 Backends: ``reference`` sorts the B*K keys once (stable, so ties keep the flat b-major order) and scatters the
 admitted flags back; ``triton`` and ``ascendc`` avoid the sort with a threshold search: the T-th best key is
-found by a 32-step bisection over the order-preserving integer image of the fp32 survival (each step one count
-over the slots), then every slot above the threshold is admitted, and slots equal to it are admitted in flat
+found by a 32-step bisection over the bit patterns of the fp32 keys (non-negative floats order like their bits;
+each step one count over the slots), then every slot above the threshold is admitted, and slots equal to it are admitted in flat
 order until T is reached.
 """
 
@@ -178,15 +177,13 @@ def allocate_verify_budget_reference(
     """One stable sort of the B*K keys; no host read (the budget stays a tensor when it is one)."""
     b, k = survival.shape
     device = survival.device
-    key = survival.float()
-    key = torch.where(torch.isnan(key), float("-inf"), key)
-    key = torch.cummin(
-        key, dim=1
-    ).values  # rank a slot no better than its predecessors: prefixes by construction
+    key = torch.nan_to_num(survival.float(), nan=0.0).clamp(0.0, 1.0)
+    # Rank a slot no better than its predecessors: admitted sets are prefixes by construction.
+    key = torch.cummin(key, dim=1).values
     pos = torch.arange(k, device=device)
     cap = torch.full((b,), k, device=device) if capacities is None else capacities.to(torch.int64).clamp(0, k)
     eligible = pos[None, :] < cap[:, None]
-    key = torch.where(eligible, key, float("-inf"))
+    key = torch.where(eligible, key, -1.0)
     # Stable descending sort: equal keys keep the flat order b*K + i, i.e. lower request, then lower position.
     order = torch.sort(key.reshape(-1), descending=True, stable=True).indices
     elig_sorted = eligible.reshape(-1)[order]
