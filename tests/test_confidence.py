@@ -15,8 +15,11 @@ from ascend_spec.ops import (
 )
 from ascend_spec.ops.confidence import REFERENCE_CHUNK_ELEMS
 
-BACKENDS = ["reference", "triton"]
+BACKENDS = ["reference", "triton", "ascendc"]
 INF = float("inf")
+# The host model's ReduceSum accumulates sequentially in fp32 (the chip reduces pairwise), so over 8192-element
+# tiles its rounding error is ~sqrt(8192) ulp instead of ~log2(V) ulp: a looser bound for that backend only.
+RTOL = {"reference": 2e-6, "triton": 2e-6, "ascendc": 3e-5}
 
 
 def oracle(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -58,8 +61,8 @@ def test_matches_float64(backend: str, dtype: torch.dtype, shape: tuple[int, int
         x[4] = x[4].clamp(-60000, 60000)
     got = max_softmax_confidence(x, backend=backend)
     # The oracle reads the same low-precision values: accumulation is fp32, so rel error ~ 1e-6 whatever the dtype.
-    assert_close_rel(got, oracle(x), rtol=2e-6)
-    assert float(got[1]) == pytest.approx(1.0 / shape[1], rel=1e-6)
+    assert_close_rel(got, oracle(x), rtol=RTOL[backend])
+    assert float(got[1]) == pytest.approx(1.0 / shape[1], rel=RTOL[backend])
     if shape[1] > 10:
         assert float(got[0]) == pytest.approx(1.0, abs=1e-6)
 
@@ -69,7 +72,7 @@ def test_matches_float64(backend: str, dtype: torch.dtype, shape: tuple[int, int
 def test_temperature(backend: str, temperature: float) -> None:
     x = make_logits(11, 1500, torch.float32, seed=3)
     got = max_softmax_confidence(x, temperature=temperature, backend=backend)
-    assert_close_rel(got, oracle(x, temperature), rtol=3e-6)
+    assert_close_rel(got, oracle(x, temperature), rtol=RTOL[backend] * 1.5)
     # Higher temperature flattens: confidence never rises with T (checked row by row on finite rows).
     hotter = max_softmax_confidence(x, temperature=temperature * 2, backend=backend)
     assert bool((hotter <= got * (1 + 1e-6)).all())
@@ -98,14 +101,16 @@ def test_backends_agree_on_strided_logits(backend: str) -> None:
     rows = base[::3]  # row stride 3 * 900
     for x in (strided, rows):
         want = max_softmax_confidence(x.contiguous(), backend="reference")
-        torch.testing.assert_close(max_softmax_confidence(x, backend=backend), want, rtol=2e-6, atol=0)
+        torch.testing.assert_close(
+            max_softmax_confidence(x, backend=backend), want, rtol=RTOL[backend], atol=0
+        )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_largest_vocabulary(backend: str) -> None:
     x = torch.randn(2, 262144, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16) * 3
     x[1, 200000] = 40
-    assert_close_rel(max_softmax_confidence(x, backend=backend), oracle(x), rtol=2e-6)
+    assert_close_rel(max_softmax_confidence(x, backend=backend), oracle(x), rtol=RTOL[backend])
 
 
 def test_empty_batch() -> None:
@@ -152,12 +157,12 @@ def test_partials_and_merge(backend: str) -> None:
         assert bool((s[all_masked] == 0).all()) and bool((m[all_masked] == -INF).all())
         live = ok & ~all_masked
         want_s = torch.exp((shard - want_m[:, None]) / t).sum(-1)
-        torch.testing.assert_close(s[live].double(), want_s[live], rtol=2e-6, atol=0)
+        torch.testing.assert_close(s[live].double(), want_s[live], rtol=RTOL[backend], atol=0)
         assert bool(torch.isnan(s[~ok]).all())
         ms.append(m)
         ss.append(s)
     merged = merge_max_softmax_partials(torch.stack(ms), torch.stack(ss), temperature=t)
-    assert_close_rel(merged, oracle(x, t), rtol=3e-6)
+    assert_close_rel(merged, oracle(x, t), rtol=RTOL[backend] * 1.5)
     assert merged[7] == 0 and merged[8] == 0
     # All shards entirely -inf for a row: confidence 0, no NaN.
     m, s = torch.full((2, 1), -INF), torch.zeros(2, 1)
