@@ -306,14 +306,22 @@ def flush_conv_pending(
 def _committed_states(
     pool: torch.Tensor, slot: torch.Tensor, records: ConvRecords, pending: torch.Tensor
 ) -> torch.Tensor:
-    """``[B, W-1, C]``: last W-1 of (pool[slot] ++ recorded x[:p]), p clamped to what each slot recorded."""
-    wm1 = pool.shape[2]
-    old = pool[slot].transpose(1, 2).to(torch.float32)  # [B, W-1, C]
-    rec = records.x[slot].to(torch.float32)  # [B, L, C]
-    p = torch.minimum(pending.long().clamp(min=0), records.num_recorded[slot].long())
-    window = torch.cat([old, rec], dim=1)  # [B, W-1+L, C]
-    pos = p[:, None] + torch.arange(wm1, device=pool.device)[None, :]  # [B, W-1]
-    return torch.gather(window, 1, pos[:, :, None].expand(-1, -1, window.shape[2]))
+    """``[B, W-1, C]`` fp32: last W-1 of (pool[slot] ++ recorded x[:p]), p clamped to what each slot recorded.
+
+    Entry k is element p+k of that concatenation: the pool's column p+k while p+k < W-1, else recorded token
+    p+k-(W-1). Built with index_select (CPU advanced indexing opens an OpenMP region even for small tensors).
+    """
+    wm1, num_rows = pool.shape[2], slot.shape[0]
+    max_len = records.max_tokens_per_step
+    recorded = records.num_recorded.index_select(0, slot).long().clamp(max=max_len)
+    p = torch.minimum(pending.long().clamp(min=0), recorded)
+    q = p[:, None] + torch.arange(wm1, device=pool.device)[None, :]  # [B, W-1]
+    old = pool.index_select(0, slot).transpose(1, 2).to(torch.float32)  # [B, W-1, C]
+    from_pool = torch.gather(old, 1, q.clamp(max=wm1 - 1)[:, :, None].expand(-1, -1, old.shape[2]))
+    rec_row = slot[:, None] * max_len + (q - wm1).clamp(0, max_len - 1)
+    flat = records.x.view(-1, records.channels)
+    from_rec = flat.index_select(0, rec_row.reshape(-1)).view(num_rows, wm1, flat.shape[1]).to(torch.float32)
+    return torch.where((q < wm1)[:, :, None], from_pool, from_rec)
 
 
 def _verify_reference(
@@ -327,42 +335,43 @@ def _verify_reference(
     pending: torch.Tensor,
     silu: bool,
 ) -> torch.Tensor:
-    """Vectorised oracle: lay each row out as (committed state ++ its tokens), gather W taps per token."""
+    """Vectorised oracle: each tap of each token reads either a token of its row or the row's committed state."""
     device = x.device
     num_tokens, channels = x.shape
     wm1 = weight.shape[1] - 1
-    nrows = state_indices.shape[0]
     cu = cu_seqlens.long()
     lens = cu[1:] - cu[:-1]
     slot = state_indices.long()
     active = (slot >= 0) & (lens > 0)
-    safe = slot.clamp(min=0)
-    committed = _committed_states(pool, safe, records, pending)  # [B, W-1, C] fp32
+    committed = _committed_states(pool, slot.clamp(min=0), records, pending)  # [B, W-1, C] fp32
 
-    # Extended layout: row b's committed state sits right before its tokens. Token t moves to t + (b+1)(W-1).
-    row_of_token = torch.repeat_interleave(torch.arange(nrows, device=device), lens, output_size=num_tokens)
-    ext = torch.empty(num_tokens + nrows * wm1, channels, dtype=torch.float32, device=device)
-    tok_pos = torch.arange(num_tokens, device=device) + (row_of_token + 1) * wm1
-    ext[tok_pos] = x.to(torch.float32)
-    state_pos = (cu[:-1] + torch.arange(nrows, device=device) * wm1)[:, None] + torch.arange(
-        wm1, device=device
-    )
-    ext[state_pos.reshape(-1)] = committed.reshape(-1, channels)
-    taps = tok_pos[:, None] - wm1 + torch.arange(wm1 + 1, device=device)[None, :]  # [T, W]
-    y = torch.einsum("twc,cw->tc", ext[taps], weight.to(torch.float32))
+    # Source rows: this call's tokens, then every row's committed state (row b's at T + b (W-1)).
+    src = torch.cat([x.to(torch.float32), committed.reshape(-1, channels)])
+    tok = torch.arange(num_tokens, device=device)
+    row_of_token = torch.searchsorted(cu[1:], tok, right=True)  # no repeat_interleave (OpenMP on CPU)
+    local = tok - cu.index_select(0, row_of_token)
+    w32, y = weight.to(torch.float32), None
+    for j in range(wm1 + 1):  # W taps (not a loop over tokens)
+        pos = local - wm1 + j
+        idx = torch.where(pos >= 0, tok - wm1 + j, num_tokens + row_of_token * wm1 + wm1 + pos)
+        term = src.index_select(0, idx) * w32[:, j]
+        y = term if y is None else y + term
     if bias is not None:
         y = y + bias.to(torch.float32)
     if silu:
         y = F.silu(y)
-    y = torch.where((slot[row_of_token] >= 0)[:, None], y, torch.zeros((), device=device))
+    y = torch.where((slot.index_select(0, row_of_token) >= 0)[:, None], y, torch.zeros((), device=device))
 
     # Writes: committed state once per active row; this call's inputs as the slot's new records.
     rows = active.nonzero().squeeze(1)
-    pool[slot[rows]] = committed[rows].transpose(1, 2).to(pool.dtype)
-    tok = active[row_of_token].nonzero().squeeze(1)
-    local = tok - cu[row_of_token[tok]]
-    records.x[slot[row_of_token[tok]], local] = x[tok].to(records.x.dtype)
-    records.num_recorded[slot[rows]] = lens[rows].to(torch.int32)
+    slots = slot.index_select(0, rows)
+    pool.index_copy_(0, slots, committed.index_select(0, rows).transpose(1, 2).to(pool.dtype))
+    toks = active.index_select(0, row_of_token).nonzero().squeeze(1)
+    dest = slot.index_select(0, row_of_token.index_select(0, toks)) * records.max_tokens_per_step
+    records.x.view(-1, channels).index_copy_(
+        0, dest + local.index_select(0, toks), x.index_select(0, toks).to(records.x.dtype)
+    )
+    records.num_recorded.index_copy_(0, slots, lens.index_select(0, rows).to(torch.int32))
     return y.to(x.dtype)
 
 
@@ -374,9 +383,11 @@ def _flush_reference(
     reset_pending: bool,
 ) -> None:
     slot = state_indices.long()
+    valid = (slot >= 0).nonzero().squeeze(1)
     rows = ((slot >= 0) & (pending > 0)).nonzero().squeeze(1)
-    committed = _committed_states(pool, slot[rows], records, pending[rows])
-    pool[slot[rows]] = committed.transpose(1, 2).to(pool.dtype)
-    records.num_recorded[slot[slot >= 0]] = 0
+    slots = slot.index_select(0, rows)
+    committed = _committed_states(pool, slots, records, pending.index_select(0, rows))
+    pool.index_copy_(0, slots, committed.transpose(1, 2).to(pool.dtype))
+    records.num_recorded.index_fill_(0, slot.index_select(0, valid), 0)
     if reset_pending:
         pending.zero_()
