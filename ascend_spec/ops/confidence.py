@@ -37,7 +37,7 @@ from ascend_spec.checks import FLOAT_DTYPES, check_tensor
 
 OP = "max_softmax_confidence"
 # Reference workspace: 2^20 fp32 elements = 4 MiB (1/128 of the 512 MiB softmax of the seed shape). Chunks this
-# big keep the per-chunk op count (4 torch ops) low, which matters on CPU, and still sit in a 32 MiB L3.
+# big keep the per-chunk op count (4-5 torch ops) low, which matters on CPU, and still sit in a 32 MiB L3.
 REFERENCE_CHUNK_ELEMS = 1 << 20
 
 
@@ -87,10 +87,11 @@ def max_softmax_partials_reference(
         m = row_max[start : start + rows]
         if x.dtype == torch.float32:
             torch.amax(x, dim=-1, out=m)
-        else:
-            m.copy_(x.amax(dim=-1))  # the max of bf16/fp16 values is exact in their own dtype
-        # Mixed-dtype subtraction computes in fp32 (the logits are upcast on the fly, no extra copy).
-        torch.sub(x, m.unsqueeze(-1), out=w)
+            torch.sub(x, m.unsqueeze(-1), out=w)
+        else:  # upcast into the workspace first (a mixed-dtype sub would allocate its own fp32 temporary)
+            w.copy_(x)
+            torch.amax(w, dim=-1, out=m)
+            w.sub_(m.unsqueeze(-1))
         if inv_t != 1.0:
             w.mul_(inv_t)
         w.exp_()
