@@ -209,3 +209,27 @@ def test_package_exports_and_bytes_per_slot():
         rec.bytes_per_slot == gdn.conv_record_bytes_per_slot(16, 32, dtype=torch.float32) == 16 * 32 * 4 + 4
     )
     assert gdn.verify_causal_conv1d is verify_causal_conv1d and gdn.flush_conv_pending is flush_conv_pending
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton", "ascendc"])
+def test_unchecked_overlong_row_records_only_capacity(backend, monkeypatch):
+    """Checks off: a row above the records' capacity still gets every output; only `capacity` tokens are
+    recorded (num_recorded = capacity, so a later checked call sees it), and no other slot is touched."""
+    torch.manual_seed(1)
+    x = torch.randn(9, C)
+    args = make(x=x, cu_seqlens=torch.tensor([0, 8, 9], dtype=torch.int32))  # row 0: 8 tokens, capacity 5
+    weight, bias, pool = args["weight"], args["bias"], args["conv_state_pool"].clone()
+    rec = args["records"]
+    monkeypatch.setenv("ASCEND_SPEC_CHECKS", "0")
+    y = call(args, backend=backend)
+    monkeypatch.setenv("ASCEND_SPEC_CHECKS", "1")
+    big = allocate_conv_records(S, 16, C, W, dtype=torch.float32)
+    want = verify_causal_conv1d(
+        x, weight, bias, cu_seqlens=args["cu_seqlens"], conv_state_pool=pool, state_indices=args["state_indices"],
+        records=big, pending=args["pending"], backend="reference",
+    )  # fmt: skip
+    torch.testing.assert_close(y, want)
+    assert rec.num_recorded.tolist() == [1, 0, L, 0]
+    assert torch.equal(rec.x[2], x[:L]) and torch.equal(rec.x[0, :1], x[8:9])
+    assert torch.count_nonzero(rec.x[1]) == 0 and torch.count_nonzero(rec.x[3]) == 0
+    assert torch.count_nonzero(rec.x[0, 1:]) == 0

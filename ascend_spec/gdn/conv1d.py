@@ -366,12 +366,13 @@ def _verify_reference(
     rows = active.nonzero().squeeze(1)
     slots = slot.index_select(0, rows)
     pool.index_copy_(0, slots, committed.index_select(0, rows).transpose(1, 2).to(pool.dtype))
-    toks = active.index_select(0, row_of_token).nonzero().squeeze(1)
+    cap = records.max_tokens_per_step  # checks off: nothing past the capacity is recorded (outputs complete)
+    toks = (active.index_select(0, row_of_token) & (local < cap)).nonzero().squeeze(1)
     dest = slot.index_select(0, row_of_token.index_select(0, toks)) * records.max_tokens_per_step
     records.x.view(-1, channels).index_copy_(
         0, dest + local.index_select(0, toks), x.index_select(0, toks).to(records.x.dtype)
     )
-    records.num_recorded.index_copy_(0, slots, lens.index_select(0, rows).to(torch.int32))
+    records.num_recorded.index_copy_(0, slots, lens.index_select(0, rows).clamp(max=cap).to(torch.int32))
     return y.to(x.dtype)
 
 
