@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ascend_spec.ops import VerifyAllocation, allocate_verify_budget, survival_probs
 
-BACKENDS = ["reference", "triton"]
+BACKENDS = ["reference", "triton", "ascendc"]
 
 
 def brute_force(survival: torch.Tensor, budget: int, capacities: list[int] | None) -> list[int]:
@@ -119,7 +119,9 @@ def test_matches_brute_force(data, b: int, k: int, backend: str) -> None:
     check_layout(alloc, brute_force(surv, budget, caps), k, length)
 
 
-def test_triton_many_tiles_matches_reference() -> None:
+@pytest.mark.parametrize("backend", ["triton", "ascendc"])
+def test_large_batch_matches_reference(backend: str) -> None:
+    """Triton walks several [BLOCK_B, K] tiles; the AscendC core holds 8320 keys in its UB."""
     g = torch.Generator().manual_seed(4)
     conf = torch.rand(520, 16, generator=g)
     conf[::7] = 1.0  # whole rows of ties
@@ -128,7 +130,7 @@ def test_triton_many_tiles_matches_reference() -> None:
     caps = torch.randint(0, 17, (520,), generator=g)
     for budget in (1, 2500, 520 * 16):
         want = run(surv, budget, "reference", capacities=caps)
-        got = run(surv, torch.tensor(budget), "triton", capacities=caps, max_budget=520 * 16)
+        got = run(surv, torch.tensor(budget), backend, capacities=caps, max_budget=520 * 16)
         assert got.num_drafts.tolist() == want.num_drafts.tolist()
         assert got.query_start_loc.tolist() == want.query_start_loc.tolist()
         n = int(want.query_start_loc[-1]) - 520
@@ -166,6 +168,11 @@ def test_reference_runs_on_meta_without_reading_values(monkeypatch: pytest.Monke
     )  # fmt: skip
     assert alloc.num_drafts.shape == (256,) and alloc.query_start_loc.shape == (257,)
     assert alloc.draft_index.shape == (1000,) and alloc.draft_index.device.type == "meta"
+
+
+def test_ascendc_refuses_a_batch_beyond_one_core() -> None:
+    with pytest.raises(ValueError, match="survival: 4096 x 16 slots need .* bytes of Unified Buffer"):
+        allocate_verify_budget(torch.ones(4096, 16), 8, backend="ascendc")
 
 
 def test_shapes_do_not_depend_on_values() -> None:

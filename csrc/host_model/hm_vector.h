@@ -189,4 +189,51 @@ void ReduceSum(const LocalTensor<T> &dst, const LocalTensor<T> &src, const Local
     dst.Data()[0] = static_cast<T>(acc);
 }
 
+// Compare / Select (CANN docs: CompareScalar, Select). The mask holds one bit per element, element i at bit i % 8
+// of byte i / 8. ascend-spec kernels pass counts that are whole 256-byte repeats.
+enum class CMPMODE : uint8_t { LT = 0, GT, EQ, LE, GE, NE };
+enum class SELMODE : uint8_t { VSEL_CMPMASK_SPR = 0, VSEL_TENSOR_SCALAR_MODE, VSEL_TENSOR_TENSOR_MODE };
+
+template <typename T, typename U>
+void CompareScalar(const LocalTensor<U> &dst, const LocalTensor<T> &src0, const T src1Scalar, CMPMODE cmpMode,
+                   uint32_t count) {
+    static_assert(std::is_same_v<T, half> || std::is_same_v<T, float>, "CompareScalar takes half or float");
+    static_assert(std::is_same_v<U, uint8_t>, "CompareScalar writes a uint8_t bit mask");
+    host_model::CheckOperand(src0, count, "CompareScalar");
+    host_model::CheckOperand(dst, (count + 7) / 8, "CompareScalar mask");
+    const T *x = src0.Data();
+    uint8_t *m = dst.Data();
+    std::fill(m, m + (count + 7) / 8, uint8_t(0));
+    const float y = static_cast<float>(src1Scalar);
+    for (uint32_t i = 0; i < count; ++i) {
+        const float v = static_cast<float>(x[i]);
+        bool r = false;
+        switch (cmpMode) {
+            case CMPMODE::LT: r = v < y; break;
+            case CMPMODE::GT: r = v > y; break;
+            case CMPMODE::EQ: r = v == y; break;
+            case CMPMODE::LE: r = v <= y; break;
+            case CMPMODE::GE: r = v >= y; break;
+            case CMPMODE::NE: r = v != y; break;
+        }
+        if (r) m[i / 8] = static_cast<uint8_t>(m[i / 8] | (1u << (i % 8)));
+    }
+}
+
+// Select mode 1 (VSEL_TENSOR_SCALAR_MODE): dst[i] = mask bit i ? src0[i] : src1.
+template <typename T, typename U>
+void Select(const LocalTensor<T> &dst, const LocalTensor<U> &selMask, const LocalTensor<T> &src0, T src1,
+            SELMODE selMode, uint32_t count) {
+    static_assert(std::is_same_v<T, half> || std::is_same_v<T, float>, "Select takes half or float");
+    host_model::Require(selMode == SELMODE::VSEL_TENSOR_SCALAR_MODE,
+                        "Select(tensor, scalar) needs SELMODE::VSEL_TENSOR_SCALAR_MODE");
+    host_model::CheckOperand(dst, count, "Select");
+    host_model::CheckOperand(src0, count, "Select");
+    host_model::CheckOperand(selMask, ((count + 7) / 8 + sizeof(U) - 1) / sizeof(U), "Select mask");
+    const uint8_t *m = reinterpret_cast<const uint8_t *>(selMask.Data());
+    for (uint32_t i = 0; i < count; ++i) {
+        dst.Data()[i] = ((m[i / 8] >> (i % 8)) & 1u) ? src0.Data()[i] : src1;
+    }
+}
+
 }  // namespace AscendC

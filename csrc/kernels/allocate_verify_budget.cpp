@@ -1,0 +1,228 @@
+// allocate_verify_budget: admit the T best (request, position) draft slots of survival [B, K] and emit per-request
+// counts, query lengths, offsets and the flat gather index, without any host read. Semantics (order, ties,
+// out-of-contract clamps): ascend_spec/ops/verify_budget.py; the reference there is the oracle.
+//
+// One vector core (the selection is global; B*K is a few thousand slots):
+// 1. survival and capacities -> UB; the scalar unit turns each row into keys: NaN -> 0, clamp to [0, 1], running
+//    minimum along K, -1 for positions >= capacity (below every real key), and counts the E eligible slots.
+//    T = min(clamp(budget, 0, max_budget), E); the budget is a GM scalar when it is a device tensor.
+// 2. 32 bisection steps over the bit patterns [0, bits(1.0f)] (non-negative floats order like their bits) find
+//    the T-th best key t: each step is CompareScalar(GE) -> Select(1, 0) -> ReduceSum on the vector unit.
+// 3. the scalar unit admits key > t, and key == t while fewer than T - #{key > t} equal keys were seen in flat
+//    (request, position) order, writing counts, offsets and indices into UB tiles that leave by DataCopyPad.
+#include "allocate_verify_budget_tiling.h"
+#include "kernel_operator.h"
+
+using ascend_spec::AllocateBudgetTiling;
+
+namespace {
+
+template <AscendC::HardEvent EVT>
+__aicore__ inline void Sync() {
+    event_t id = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(EVT));
+    AscendC::SetFlag<EVT>(id);
+    AscendC::WaitFlag<EVT>(id);
+}
+
+__aicore__ inline float BitsToFloat(uint32_t bits) {
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    v.u = bits;
+    return v.f;
+}
+
+constexpr uint32_t kOneBits = 0x3F800000u;  // 1.0f: the largest key
+
+class AllocateVerifyBudget {
+public:
+    __aicore__ inline AllocateVerifyBudget() {}
+
+    __aicore__ inline void Init(GM_ADDR survival, GM_ADDR capacities, GM_ADDR budget, GM_ADDR numDrafts,
+                                GM_ADDR queryLens, GM_ADDR queryStartLoc, GM_ADDR draftIndex,
+                                const AllocateBudgetTiling &tiling, AscendC::TPipe *pipe) {
+        t_ = tiling;
+        surv_.SetGlobalBuffer((__gm__ float *)survival, t_.slots);
+        if (t_.hasCap) caps_.SetGlobalBuffer((__gm__ int32_t *)capacities, t_.numReqs);
+        if (t_.budgetInMemory) budget_.SetGlobalBuffer((__gm__ int64_t *)budget, 1);
+        numDrafts_.SetGlobalBuffer((__gm__ int32_t *)numDrafts, t_.numReqs);
+        queryLens_.SetGlobalBuffer((__gm__ int32_t *)queryLens, t_.numReqs);
+        qsl_.SetGlobalBuffer((__gm__ int32_t *)queryStartLoc, t_.numReqs + 1);
+        if (t_.indexLen > 0) index_.SetGlobalBuffer((__gm__ int32_t *)draftIndex, t_.indexLen);
+        const uint32_t slotBytes = static_cast<uint32_t>(t_.slotsPad * 4);
+        pipe->InitBuffer(keysBuf_, slotBytes);
+        pipe->InitBuffer(indBuf_, slotBytes);
+        pipe->InitBuffer(tmpBuf_, static_cast<uint32_t>(t_.tmpLen * 4));
+        pipe->InitBuffer(redBuf_, 32);
+        pipe->InitBuffer(maskBuf_, static_cast<uint32_t>(t_.slotsPad / 8));
+        const uint32_t reqBytes = static_cast<uint32_t>(t_.reqPad * 4);
+        pipe->InitBuffer(capBuf_, reqBytes);
+        pipe->InitBuffer(nBuf_, reqBytes);
+        pipe->InitBuffer(qlBuf_, reqBytes);
+        pipe->InitBuffer(qslBuf_, reqBytes);
+        pipe->InitBuffer(idxBuf_, static_cast<uint32_t>(t_.indexPad * 4));
+        keys_ = keysBuf_.Get<float>();
+        ind_ = indBuf_.Get<float>();
+        tmp_ = tmpBuf_.Get<float>();
+        red_ = redBuf_.Get<float>();
+        mask_ = maskBuf_.Get<uint8_t>();
+    }
+
+    __aicore__ inline void Process() {
+        if (AscendC::GetBlockIdx() != 0) return;
+        const int64_t eligible = LoadKeys();
+        int64_t budget = t_.budgetInMemory ? budget_.GetValue(0) : t_.budgetValue;
+        if (budget < 0) budget = 0;
+        if (budget > t_.maxBudget) budget = t_.maxBudget;
+        if (budget > eligible) budget = eligible;
+        Sync<AscendC::HardEvent::S_V>();  // keys written by the scalar unit feed the vector unit
+        int64_t lo = 0, hi = kOneBits;    // invariant: #{key >= lo} >= budget (lo = 0 counts every eligible slot)
+        for (int32_t step = 0; step < 32; ++step) {
+            const int64_t mid = lo + (hi - lo + 1) / 2;
+            if (Count(AscendC::CMPMODE::GE, BitsToFloat(static_cast<uint32_t>(mid))) >= budget) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        const float thr = BitsToFloat(static_cast<uint32_t>(lo));
+        const int64_t needEq = budget - Count(AscendC::CMPMODE::GT, thr);
+        Admit(thr, needEq);
+    }
+
+private:
+    __aicore__ inline int64_t LoadKeys() {
+        AscendC::DataCopyExtParams params{1, static_cast<uint32_t>(t_.slots * 4), 0, 0, 0};
+        AscendC::DataCopyPad(keys_, surv_, params, AscendC::DataCopyPadExtParams<float>{false, 0, 0, 0.0f});
+        AscendC::LocalTensor<int32_t> cap = capBuf_.Get<int32_t>();
+        if (t_.hasCap) {
+            AscendC::DataCopyExtParams cp{1, static_cast<uint32_t>(t_.numReqs * 4), 0, 0, 0};
+            AscendC::DataCopyPad(cap, caps_, cp, AscendC::DataCopyPadExtParams<int32_t>{false, 0, 0, 0});
+        }
+        Sync<AscendC::HardEvent::MTE2_S>();
+        const int64_t k = t_.numPos;
+        int64_t eligible = 0;
+        for (int64_t b = 0; b < t_.numReqs; ++b) {
+            int64_t c = t_.hasCap ? cap.GetValue(static_cast<uint32_t>(b)) : k;
+            c = c < 0 ? 0 : (c > k ? k : c);
+            eligible += c;
+            float run = 1.0f;
+            for (int64_t j = 0; j < k; ++j) {
+                const uint32_t i = static_cast<uint32_t>(b * k + j);
+                float v = keys_.GetValue(i);
+                if (!(v > 0.0f)) v = 0.0f;  // NaN, negatives and -0.0 -> +0.0
+                if (v > 1.0f) v = 1.0f;
+                if (v < run) run = v;
+                keys_.SetValue(i, j < c ? run : -1.0f);
+            }
+        }
+        for (int64_t i = t_.slots; i < t_.slotsPad; ++i) keys_.SetValue(static_cast<uint32_t>(i), -1.0f);
+        return eligible;
+    }
+
+    // #{slots whose key compares `mode` against x}, on the vector unit.
+    __aicore__ inline int64_t Count(AscendC::CMPMODE mode, float x) {
+        const uint32_t n = static_cast<uint32_t>(t_.slotsPad);
+        AscendC::CompareScalar(mask_, keys_, x, mode, n);
+        AscendC::Duplicate(ind_, 1.0f, static_cast<int32_t>(n));
+        AscendC::Select(ind_, mask_, ind_, 0.0f, AscendC::SELMODE::VSEL_TENSOR_SCALAR_MODE, n);
+        AscendC::ReduceSum(red_, ind_, tmp_, static_cast<int32_t>(n));  // exact: integers < 2^24
+        Sync<AscendC::HardEvent::V_S>();
+        return static_cast<int64_t>(red_.GetValue(0));
+    }
+
+    __aicore__ inline void Admit(float thr, int64_t needEq) {
+        AscendC::LocalTensor<int32_t> nUb = nBuf_.Get<int32_t>();
+        AscendC::LocalTensor<int32_t> qlUb = qlBuf_.Get<int32_t>();
+        AscendC::LocalTensor<int32_t> qslUb = qslBuf_.Get<int32_t>();
+        AscendC::LocalTensor<int32_t> idxUb = idxBuf_.Get<int32_t>();
+        AscendC::Duplicate(idxUb, static_cast<int32_t>(-1), static_cast<int32_t>(t_.indexPad));
+        Sync<AscendC::HardEvent::V_S>();
+        const int64_t k = t_.numPos;
+        int64_t eqSeen = 0, before = 0;
+        qslUb.SetValue(0, 0);
+        for (int64_t b = 0; b < t_.numReqs; ++b) {
+            int64_t n = 0;
+            for (int64_t j = 0; j < k; ++j) {
+                const float v = keys_.GetValue(static_cast<uint32_t>(b * k + j));
+                bool admit = v > thr;
+                if (v == thr) {
+                    admit = eqSeen < needEq;
+                    ++eqSeen;
+                }
+                if (admit) {  // admitted slots of a row are a prefix, so position j lands at before + j
+                    idxUb.SetValue(static_cast<uint32_t>(before + n), static_cast<int32_t>(b * k + j));
+                    ++n;
+                }
+            }
+            nUb.SetValue(static_cast<uint32_t>(b), static_cast<int32_t>(n));
+            qlUb.SetValue(static_cast<uint32_t>(b), static_cast<int32_t>(n + 1));
+            before += n;
+            qslUb.SetValue(static_cast<uint32_t>(b + 1), static_cast<int32_t>(before + b + 1));
+        }
+        Sync<AscendC::HardEvent::S_MTE3>();
+        const uint32_t reqBytes = static_cast<uint32_t>(t_.numReqs * 4);
+        AscendC::DataCopyPad(numDrafts_, nUb, AscendC::DataCopyExtParams{1, reqBytes, 0, 0, 0});
+        AscendC::DataCopyPad(queryLens_, qlUb, AscendC::DataCopyExtParams{1, reqBytes, 0, 0, 0});
+        AscendC::DataCopyPad(qsl_, qslUb, AscendC::DataCopyExtParams{1, reqBytes + 4, 0, 0, 0});
+        if (t_.indexLen > 0) {
+            const uint32_t idxBytes = static_cast<uint32_t>(t_.indexLen * 4);
+            AscendC::DataCopyPad(index_, idxUb, AscendC::DataCopyExtParams{1, idxBytes, 0, 0, 0});
+        }
+        Sync<AscendC::HardEvent::MTE3_S>();
+    }
+
+    AllocateBudgetTiling t_;
+    AscendC::GlobalTensor<float> surv_;
+    AscendC::GlobalTensor<int32_t> caps_, numDrafts_, queryLens_, qsl_, index_;
+    AscendC::GlobalTensor<int64_t> budget_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> keysBuf_, indBuf_, tmpBuf_, redBuf_, maskBuf_, capBuf_, nBuf_,
+        qlBuf_, qslBuf_, idxBuf_;
+    AscendC::LocalTensor<float> keys_, ind_, tmp_, red_;
+    AscendC::LocalTensor<uint8_t> mask_;
+};
+
+}  // namespace
+
+extern "C" __global__ __aicore__ void allocate_verify_budget(GM_ADDR survival, GM_ADDR capacities, GM_ADDR budget,
+                                                             GM_ADDR numDrafts, GM_ADDR queryLens,
+                                                             GM_ADDR queryStartLoc, GM_ADDR draftIndex,
+                                                             AllocateBudgetTiling tiling) {
+    AscendC::TPipe pipe;
+    AllocateVerifyBudget op;
+    op.Init(survival, capacities, budget, numDrafts, queryLens, queryStartLoc, draftIndex, tiling, &pipe);
+    op.Process();
+}
+
+// Host-side launch: `<<<>>>` on the NPU; the host model's launcher on the CPU. Same arguments, same tiling.
+#define ALLOCATE_BUDGET_PARAMS                                                                                   \
+    void *survival, void *capacities, void *budget, void *numDrafts, void *queryLens, void *queryStartLoc,       \
+        void *draftIndex, int64_t numReqs, int64_t numPos, int64_t maxBudget, int64_t budgetValue,               \
+        bool budgetInMemory, bool hasCap
+#define ALLOCATE_BUDGET_TILING                                                                                   \
+    ascend_spec::ComputeAllocateBudgetTiling(numReqs, numPos, maxBudget, budgetValue, budgetInMemory, hasCap)
+#define ALLOCATE_BUDGET_ARGS                                                                                     \
+    (GM_ADDR) survival, (GM_ADDR)capacities, (GM_ADDR)budget, (GM_ADDR)numDrafts, (GM_ADDR)queryLens,            \
+        (GM_ADDR)queryStartLoc, (GM_ADDR)draftIndex, tiling
+
+#ifdef ASCEND_SPEC_HOST_MODEL
+extern "C" int allocate_verify_budget_host(uint32_t vectorCores, ALLOCATE_BUDGET_PARAMS) {
+    (void)vectorCores;
+    AllocateBudgetTiling tiling = ALLOCATE_BUDGET_TILING;
+    return AscendC::host_model::Launch(tiling.blockDim, allocate_verify_budget, ALLOCATE_BUDGET_ARGS);
+}
+
+// UB bytes the tiling needs, so the Python side can refuse a batch too large for one core with a clear message.
+extern "C" int64_t allocate_verify_budget_ub_bytes(int64_t numReqs, int64_t numPos, int64_t maxBudget) {
+    return ascend_spec::ComputeAllocateBudgetTiling(numReqs, numPos, maxBudget, 0, false, true).ubBytes;
+}
+#else
+namespace ascend_spec {
+void allocate_verify_budget_impl(void *stream, uint32_t vectorCores, ALLOCATE_BUDGET_PARAMS) {
+    (void)vectorCores;
+    AllocateBudgetTiling tiling = ALLOCATE_BUDGET_TILING;
+    allocate_verify_budget<<<tiling.blockDim, nullptr, stream>>>(ALLOCATE_BUDGET_ARGS);
+}
+}  // namespace ascend_spec
+#endif
