@@ -6,9 +6,12 @@ warm-up; a case reports its op and its baseline from the same run so the ratio i
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -85,6 +88,20 @@ def measure_ms(fn: Callable[[], Any], device: torch.device, *, warmup: int = 3, 
     return statistics.median(samples)
 
 
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence the profiler's native start/stop lines (written straight to fd 2) for the bench table's sake."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def peak_allocated_bytes(fn: Callable[[], Any], device: torch.device) -> int:
     """Peak bytes allocated by torch while ``fn()`` runs, above what was live before it (outputs included).
 
@@ -101,7 +118,7 @@ def peak_allocated_bytes(fn: Callable[[], Any], device: torch.device) -> int:
         return int(mod.max_memory_allocated(device) - before)
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     timeline: list[tuple[float, int]] = []
     for event in prof.events():
