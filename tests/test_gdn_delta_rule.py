@@ -30,7 +30,7 @@ with warnings.catch_warnings():
 # the torch recurrence itself is the wrapped function.
 hf_recurrence = getattr(torch_recurrent_gated_delta_rule, "__wrapped__", torch_recurrent_gated_delta_rule)
 
-BACKENDS = ["reference", "triton"]
+BACKENDS = ["reference", "triton", "ascendc"]
 
 
 def fla_oracle(q, k, v, g, beta, state, scale, l2norm):
@@ -296,3 +296,44 @@ def test_records_nbytes_and_layout():
     state = 32 * 128 * 128 * 4
     # One state + records vs 1+K = 16 full states per request (Qwen3.5-9B-like GDN layer, K = 15).
     assert 16 * state / (state + per_slot) >= 8
+
+
+@pytest.mark.parametrize("reverse,soc", [(True, "ascend910b3"), (False, "ascend910_9391")])
+def test_ascendc_block_order_and_socs(reverse, soc, monkeypatch):
+    """Host model: blocks run last-to-first / other core counts; records are owned, so results do not change."""
+    from ascend_spec.gdn import _ascendc_delta_rule as mod
+
+    monkeypatch.setattr(mod, "REVERSE_BLOCKS", reverse)
+    monkeypatch.setattr(mod, "SOC", soc)
+    rng = random.Random(21)
+    sess = Session(rng, backend="ascendc", oracle=hf_oracle, dtype=torch.bfloat16, L=18, l2norm=True,
+                   scale=None, **SHAPES["odd"])  # fmt: skip
+    sess.step({0: 17, 3: 2, 4: 0, 1: 5}, n_pad=1)
+    sess.step({3: 1, 0: 6, 2: 3}, n_pad=1)
+    sess.flush(list(range(sess.S)))
+
+
+def test_ascendc_full_size_head_in_unified_buffer():
+    """A 128 x 128 fp32 head (64 KiB) per unit: the kernel's tiling fits the 192 KiB UB and matches the reference."""
+    from ascend_spec.gdn import _ascendc_delta_rule as mod
+
+    for dtype in (torch.float32, torch.bfloat16):
+        tiling = mod.tiling(256, 16, 32, 128, 128, dtype)
+        assert tiling["tile_v"] == 128 and tiling["ub_bytes"] <= 192 * 1024, tiling
+        assert tiling["block_dim"] == 48  # 256 rows x 32 heads spread over every vector core of a 910B2
+    big = mod.tiling(4, 1, 1, 256, 256, torch.float32)  # Dk = 256: the token chunk shrinks first
+    assert big["tile_v"] == 128 and big["tile_t"] < 16 and big["ub_bytes"] <= 192 * 1024, big
+    huge = mod.tiling(4, 1, 1, 512, 256, torch.float32)  # Dk = 512: then the value tile
+    assert huge["tile_v"] < 128 and huge["ub_bytes"] <= 192 * 1024, huge
+
+    rng = random.Random(3)
+    out = {}
+    for backend in ("reference", "ascendc"):
+        rng = random.Random(3)
+        sess = Session(rng, backend=backend, oracle=hf_oracle, dtype=torch.bfloat16, L=17, l2norm=True,
+                       scale=None, S=3, H=1, HV=2, DK=128, DV=128)  # fmt: skip
+        sess.step({2: 17, 0: 3}, n_pad=0)
+        sess.step({2: 2, 1: 1}, n_pad=0)
+        sess.flush([0, 1, 2])
+        out[backend] = sess.pool
+    torch.testing.assert_close(out["ascendc"], out["reference"], rtol=1e-4, atol=1e-4)
