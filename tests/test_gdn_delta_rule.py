@@ -337,3 +337,24 @@ def test_ascendc_full_size_head_in_unified_buffer():
         sess.flush([0, 1, 2])
         out[backend] = sess.pool
     torch.testing.assert_close(out["ascendc"], out["reference"], rtol=1e-4, atol=1e-4)
+
+
+def test_bench_case_quick(capsys):
+    """`ascend-spec bench --quick --case gdn` runs (op and loop baseline agree) and reports the traffic model."""
+    from ascend_spec.cli import main
+
+    assert main(["bench", "--quick", "--case", "gdn"]) == 0
+    out = capsys.readouterr().out
+    assert "verify_gated_delta_rule" in out and "per-request loop" in out and "memory_ratio" in out
+
+    from ascend_spec.bench.cases import gdn as case
+    from ascend_spec.bench.core import BenchContext
+
+    rows = case.run(BenchContext(device=torch.device("cpu"), warmup=0, repeats=1, quick=True))
+    for r in rows:
+        m = r.metrics
+        # one state read + one write per request (every row has something pending), records on top
+        assert m["state_rw_per_req_step"] == 2
+        b = int(r.case.split()[0][2:])
+        state_traffic = 2 * b * m["state_bytes_per_req"]
+        assert state_traffic < m["bytes_moved"] < m["per_draft_slot_bytes_moved"]
