@@ -236,4 +236,26 @@ void Select(const LocalTensor<T> &dst, const LocalTensor<U> &selMask, const Loca
     }
 }
 
+// Gather, count form (docs/api/context/Gather.md, Atlas A2/A3): dst[i] = the element at byte offset
+// srcBaseAddr + srcOffset[i] from the start of src. Offsets are bytes, element aligned, inside src.
+template <typename T>
+void Gather(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LocalTensor<uint32_t> &srcOffset,
+            const uint32_t srcBaseAddr, const uint32_t count) {
+    static_assert(std::is_same_v<T, int16_t> || std::is_same_v<T, uint16_t> || std::is_same_v<T, int32_t> ||
+                      std::is_same_v<T, uint32_t> || std::is_same_v<T, float> || std::is_same_v<T, half> ||
+                      std::is_same_v<T, bfloat16_t>,
+                  "Gather takes int16_t, uint16_t, int32_t, uint32_t, float, half or bfloat16_t");
+    host_model::CheckOperand(dst, count, "Gather");
+    host_model::CheckOperand(srcOffset, count, "Gather offsets");
+    src.CheckAligned("Gather");
+    std::vector<T> out(count);
+    for (uint32_t i = 0; i < count; ++i) {
+        const uint64_t byte = uint64_t(srcBaseAddr) + srcOffset.Data()[i];
+        host_model::Require(byte % sizeof(T) == 0, "Gather: offset is not aligned to the element size");
+        src.CheckRange(byte / sizeof(T), 1, "Gather source");
+        out[i] = src.Data()[byte / sizeof(T)];
+    }
+    std::copy(out.begin(), out.end(), dst.Data());
+}
+
 }  // namespace AscendC

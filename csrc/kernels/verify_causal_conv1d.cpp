@@ -11,8 +11,9 @@
 //
 // Layout in UB: token-major rows of tileC channels (fp32 window [W-1+tileT rows] = committed state rows followed
 // by the chunk's tokens); each output row is sum_j w_j * window row (t + j) on the vector unit. The pool keeps
-// the state channel-major ([C, W-1] per slot, as vLLM does), so the W-1 state rows are transposed by the scalar
-// unit on the way in (only when fewer than W-1 tokens are pending) and on the way out (only when pending > 0).
+// the state channel-major ([C, W-1] per slot, as vLLM does), so the W-1 state rows are transposed with vector
+// Gathers (byte offsets computed once per launch) on the way in (only when fewer than W-1 tokens are pending)
+// and on the way out (only when pending > 0).
 #include "kernel_operator.h"
 #include "verify_causal_conv1d_tiling.h"
 
@@ -75,11 +76,23 @@ public:
         pipe->InitBuffer(tmpBuf_, static_cast<uint32_t>(tc_ * 4));
         pipe->InitBuffer(parBuf_, static_cast<uint32_t>((w + 1) * tc_ * 4));
         pipe->InitBuffer(poolFBuf_, static_cast<uint32_t>(wm1_ * tc_ * 4));
+        pipe->InitBuffer(offInBuf_, static_cast<uint32_t>(wm1_ * tc_ * 4));
+        pipe->InitBuffer(offOutBuf_, static_cast<uint32_t>(wm1_ * tc_ * 4));
         win_ = winBuf_.Get<float>();
         yF_ = yBuf_.Get<float>();
         tmp_ = tmpBuf_.Get<float>();
         par_ = parBuf_.Get<float>();
         poolF_ = poolFBuf_.Get<float>();
+        // Transpose tables (byte offsets): [W-1, tileC] rows <- [tileC, W-1] pool layout, and back.
+        offIn_ = offInBuf_.Get<uint32_t>();
+        offOut_ = offOutBuf_.Get<uint32_t>();
+        for (int64_t k = 0; k < wm1_; ++k) {
+            for (int64_t c = 0; c < tc_; ++c) {
+                offIn_.SetValue(static_cast<uint32_t>(k * tc_ + c), static_cast<uint32_t>((c * wm1_ + k) * 4));
+                offOut_.SetValue(static_cast<uint32_t>(c * wm1_ + k), static_cast<uint32_t>((k * tc_ + c) * 4));
+            }
+        }
+        Sync<AscendC::HardEvent::S_V>();
     }
 
     __aicore__ inline void Process() {
@@ -170,24 +183,23 @@ private:
             const uint32_t count = static_cast<uint32_t>(ct * wm1_);
             AscendC::DataCopyExtParams params{1, static_cast<uint32_t>(count * sizeof(TP)), 0, 0, 0};
             if constexpr (SameType<TP, float>::value) {
-                AscendC::DataCopyPad(poolF_, pool_[off], params, AscendC::DataCopyPadExtParams<float>{false, 0, 0, 0.0f});
-                Sync<AscendC::HardEvent::MTE2_S>();
-                Sync<AscendC::HardEvent::V_S>();  // earlier vector ops may still read the window
+                AscendC::DataCopyPad(poolF_, pool_[off], params,
+                                     AscendC::DataCopyPadExtParams<float>{false, 0, 0, 0.0f});
+                Sync<AscendC::HardEvent::MTE2_V>();
             } else {
                 AscendC::LocalTensor<TP> stage = stageBuf_.Get<TP>();
                 AscendC::DataCopyPad(stage, pool_[off], params,
                                      AscendC::DataCopyPadExtParams<TP>{false, 0, 0, static_cast<TP>(0)});
                 Sync<AscendC::HardEvent::MTE2_V>();
                 AscendC::Cast(poolF_, stage, AscendC::RoundMode::CAST_NONE, count);
-                Sync<AscendC::HardEvent::V_S>();
             }
+            // yF_ (free until the first chunk) <- the state as rows [W-1, tileC]; window rows <- rows p...
+            // (columns past ct hold garbage of the tile's padding and are never stored)
+            AscendC::Gather(yF_, poolF_, offIn_, static_cast<uint32_t>(0), static_cast<uint32_t>(wm1_ * tc_));
             for (int64_t k = 0; k < poolRows; ++k) {
-                for (int64_t c = 0; c < ct; ++c) {
-                    win_.SetValue(static_cast<uint32_t>(k * tc_ + c), poolF_.GetValue(static_cast<uint32_t>(c * wm1_ + p + k)));
-                }
+                AscendC::Adds(win_[static_cast<uint32_t>(k * tc_)], yF_[static_cast<uint32_t>((p + k) * tc_)], 0.0f,
+                              static_cast<int32_t>(ct));
             }
-            Sync<AscendC::HardEvent::S_V>();
-            Sync<AscendC::HardEvent::S_MTE2>();  // the staging buffer may be refilled next
         }
         const int64_t recRows = wm1_ - poolRows;
         if (recRows > 0) {
@@ -197,25 +209,18 @@ private:
         }
     }
 
-    // Pool slot <- window rows 0..W-2 (transposed back to the pool's channel-major layout).
+    // Pool slot <- window rows 0..W-2 (gathered back into the pool's channel-major layout).
     __aicore__ inline void StorePool(int64_t slot, int64_t c0, int64_t ct) {
-        Sync<AscendC::HardEvent::V_S>();
-        Sync<AscendC::HardEvent::MTE2_S>();
-        for (int64_t c = 0; c < ct; ++c) {
-            for (int64_t k = 0; k < wm1_; ++k) {
-                poolF_.SetValue(static_cast<uint32_t>(c * wm1_ + k), win_.GetValue(static_cast<uint32_t>(k * tc_ + c)));
-            }
-        }
         const uint64_t off = static_cast<uint64_t>((slot * t_.channels + c0) * wm1_);
         const uint32_t count = static_cast<uint32_t>(ct * wm1_);
+        // Window rows came from DMA (already waited for with MTE2_V) or from vector ops (same pipe).
+        AscendC::Gather(poolF_, win_, offOut_, static_cast<uint32_t>(0), count);
         AscendC::DataCopyExtParams params{1, static_cast<uint32_t>(count * sizeof(TP)), 0, 0, 0};
         if constexpr (SameType<TP, float>::value) {
-            Sync<AscendC::HardEvent::S_MTE3>();
+            Sync<AscendC::HardEvent::V_MTE3>();
             AscendC::DataCopyPad(pool_[off], poolF_, params);
         } else {
-            Sync<AscendC::HardEvent::S_V>();
             AscendC::LocalTensor<TP> stage = stageBuf_.Get<TP>();
-            Sync<AscendC::HardEvent::MTE3_V>();
             AscendC::Cast(stage, poolF_, AscendC::RoundMode::CAST_RINT, count);
             Sync<AscendC::HardEvent::V_MTE3>();
             AscendC::DataCopyPad(pool_[off], stage, params);
@@ -323,7 +328,9 @@ private:
     AscendC::GlobalTensor<TR> rec_;
     AscendC::GlobalTensor<int32_t> numRecorded_, cu_, idx_, pending_;
     AscendC::TBuf<AscendC::TPosition::VECCALC> stageBuf_, yOutBuf_, winBuf_, yBuf_, tmpBuf_, parBuf_, poolFBuf_;
+    AscendC::TBuf<AscendC::TPosition::VECCALC> offInBuf_, offOutBuf_;
     AscendC::LocalTensor<float> win_, yF_, tmp_, par_, poolF_;
+    AscendC::LocalTensor<uint32_t> offIn_, offOut_;
 };
 
 // After the main kernel: num_recorded[slot] = row length (verify) or 0 (flush); flush may also zero pending.

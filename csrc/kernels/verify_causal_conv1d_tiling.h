@@ -35,8 +35,9 @@ inline int64_t VerifyConv1dUbBytes(int64_t tileC, int64_t tileT, int64_t width, 
                          + tileT * 4          // fp32 outputs of the chunk
                          + 4                  // fp32 scratch row
                          + width * 4 + 4      // fp32 weights [W, tileC] and bias
-                         + wm1 * 4;           // fp32 pool tile in its [tileC, W-1] layout
-    return perChannel * tileC + 8 * 32;       // alignment slack of the eight buffers
+                         + wm1 * 4            // fp32 pool tile in its [tileC, W-1] layout
+                         + 2 * wm1 * 4;       // uint32 Gather offsets of the two transposes
+    return perChannel * tileC + 10 * 32;      // alignment slack of the ten buffers
 }
 
 inline VerifyConv1dTiling ComputeVerifyConv1dTiling(int64_t numRows, int64_t channels, int64_t width,
