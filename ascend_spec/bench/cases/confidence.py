@@ -31,7 +31,7 @@ def _baseline_traffic(n: int, v: int, esize: int) -> tuple[int, int]:
 
 def run(ctx: BenchContext) -> list[BenchRow]:
     impl = resolve_backend(ctx.backend, ctx.device, op="max_softmax_confidence")
-    n, v = (64, 4096) if ctx.quick else (1024, 131072)
+    n, v = (16, 2048) if ctx.quick else (1024, 131072)
     rows = []
     for dtype in (torch.float32, torch.bfloat16):
         gen = torch.Generator().manual_seed(0)
