@@ -358,3 +358,34 @@ def test_bench_case_quick(capsys):
         b = int(r.case.split()[0][2:])
         state_traffic = 2 * b * m["state_bytes_per_req"]
         assert state_traffic < m["bytes_moved"] < m["per_draft_slot_bytes_moved"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strided_pool_view(backend):
+    """A pool that is a view into a bigger per-layer buffer (slot stride > HV Dk Dv) is read and written in place."""
+    torch.manual_seed(4)
+    s, h, hv, dk, dv, cap = 3, 1, 2, 16, 16, 5
+    big = torch.randn(s, 2, hv, dk, dv)
+    pool = big[:, 1]  # slots 2 HV Dk Dv apart
+    assert not pool.is_contiguous()
+    dense = pool.clone()
+    initial = pool.clone()
+    other_half = big[:, 0].clone()
+    lens, idx = [4, 2], torch.tensor([2, 0], dtype=torch.int32)
+    t = sum(lens)
+    q, k, v = torch.randn(t, h, dk), torch.randn(t, h, dk), torch.randn(t, hv, dv)
+    g, beta = -torch.rand(t, hv), torch.rand(t, hv)
+    cu = torch.tensor([0, 4, 6], dtype=torch.int32)
+    outs = []
+    for p in (pool, dense):
+        rec = allocate_records(s, cap, hv, dk, dv, num_k_heads=h)
+        pend = torch.zeros(2, dtype=torch.int32)
+        kw = dict(
+            cu_seqlens=cu, state_pool=p, state_indices=idx, records=rec, pending=pend, use_qk_l2norm=True
+        )
+        outs.append(verify_gated_delta_rule(q, k, v, g, beta, backend=backend, **kw))
+        flush_pending(p, idx, rec, torch.tensor([3, 2], dtype=torch.int32), backend=backend)
+    torch.testing.assert_close(outs[0], outs[1])
+    torch.testing.assert_close(pool, dense)
+    assert torch.equal(big[:, 0], other_half)  # the other half of the buffer is never touched
+    assert not torch.equal(pool[2], initial[2]) and torch.equal(pool[1], initial[1])  # only live slots change

@@ -1,6 +1,6 @@
 """Triton kernels of the deferred-commit gated delta rule (imported lazily: TRITON_INTERPRET is read at jit time).
 
-Grid ``(NV, B * HV)``: a program owns the state tile ``S[slot, hv, :, v0:v0+BV]`` of one row. It replays the
+Grid ``(B * HV, NV)``: a program owns the state tile ``S[slot, hv, :, v0:v0+BV]`` of one row. It replays the
 row's pending records into the tile sequentially (``S <- exp(g_t) S + k_t u_t^T``, the same arithmetic as the
 recurrence), stores the committed tile once (only when something was pending), then runs this call's tokens with
 the tile in registers, writing outputs and this call's records:
@@ -68,8 +68,8 @@ def _verify_kernel(
     H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, L: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr, HAS_TOKENS: tl.constexpr,
 ):  # fmt: skip
-    i_v = tl.program_id(0)
-    i_bh = tl.program_id(1)
+    i_bh = tl.program_id(0)  # rows x heads on axis 0 (2**31 programs; axis 1 allows only 65535)
+    i_v = tl.program_id(1)
     i_b = i_bh // HV
     i_hv = i_bh % HV
     i_h = i_hv // (HV // H)
@@ -184,7 +184,7 @@ def _launch(
     if num_rows == 0:
         return None
     bv = _block_v(dv)
-    grid = (triton.cdiv(dv, bv), num_rows * hv)
+    grid = (num_rows * hv, triton.cdiv(dv, bv))
     has_tokens = inputs is not None
     if has_tokens:
         q, k, v, g, beta = (x.contiguous() for x in inputs)
