@@ -334,6 +334,7 @@ private:
 };
 
 // After the main kernel: num_recorded[slot] = row length (verify) or 0 (flush); flush may also zero pending.
+// Rows are split over the vector cores (each row is one 4-byte DMA to a scattered slot).
 class ConvCounts {
 public:
     __aicore__ inline ConvCounts() {}
@@ -348,11 +349,12 @@ public:
         pipe->InitBuffer(buf_, kRows * 32);
     }
 
-    __aicore__ inline void Process() {
-        if (AscendC::GetBlockIdx() != 0) return;
+    __aicore__ inline void Process() {  // block c owns rows [c * countRowsPerCore, ...): one small DMA per row
+        const int64_t begin = AscendC::GetBlockIdx() * t_.countRowsPerCore;
+        const int64_t end = Min64(begin + t_.countRowsPerCore, t_.numRows);
         AscendC::LocalTensor<int32_t> tile = buf_.Get<int32_t>();
-        for (int64_t lo = 0; lo < t_.numRows; lo += kRows) {
-            const int64_t m = Min64(kRows, t_.numRows - lo);
+        for (int64_t lo = begin; lo < end; lo += kRows) {
+            const int64_t m = Min64(kRows, end - lo);
             for (int64_t i = 0; i < m; ++i) {  // one 32-byte block per row: DataCopyPad needs aligned UB sources
                 int64_t v = 0;
                 if (t_.mode == 0) v = Min64(cu_.GetValue(lo + i + 1) - cu_.GetValue(lo + i), t_.maxTokens);
@@ -472,7 +474,8 @@ extern "C" int verify_causal_conv1d_host(uint32_t vectorCores, VERIFY_CONV1D_PAR
     VerifyConv1dTiling tiling = VERIFY_CONV1D_TILING;
     int status = AscendC::host_model::Launch(tiling.blockDim, verify_causal_conv1d, VERIFY_CONV1D_ARGS);
     if (status != 0) return status;
-    return AscendC::host_model::Launch(1, verify_causal_conv1d_counts, VERIFY_CONV1D_COUNTS_ARGS);
+    return AscendC::host_model::Launch(tiling.countBlockDim, verify_causal_conv1d_counts,
+                                       VERIFY_CONV1D_COUNTS_ARGS);
 }
 
 extern "C" int64_t verify_causal_conv1d_tile_channels(uint32_t vectorCores, VERIFY_CONV1D_PARAMS) {
@@ -486,7 +489,7 @@ namespace ascend_spec {
 void verify_causal_conv1d_impl(void *stream, uint32_t vectorCores, VERIFY_CONV1D_PARAMS) {
     VerifyConv1dTiling tiling = VERIFY_CONV1D_TILING;
     verify_causal_conv1d<<<tiling.blockDim, nullptr, stream>>>(VERIFY_CONV1D_ARGS);
-    verify_causal_conv1d_counts<<<1, nullptr, stream>>>(VERIFY_CONV1D_COUNTS_ARGS);
+    verify_causal_conv1d_counts<<<tiling.countBlockDim, nullptr, stream>>>(VERIFY_CONV1D_COUNTS_ARGS);
 }
 }  // namespace ascend_spec
 #endif

@@ -19,7 +19,9 @@ struct VerifyConv1dTiling {
     int64_t hasBias;
     int64_t silu;
     int64_t mode;         // 0 verify; 1 flush; 2 flush and zero pending
-    uint32_t blockDim;    // vector cores launched
+    int64_t countRowsPerCore;  // rows per vector core of the count kernel
+    uint32_t blockDim;         // vector cores launched (main kernel)
+    uint32_t countBlockDim;    // vector cores launched (count kernel)
 };
 
 // Unified Buffer bytes the kernel carves for a channel tile of `tileC` (see VerifyConv1d::Init).
@@ -66,6 +68,9 @@ inline VerifyConv1dTiling ComputeVerifyConv1dTiling(int64_t numRows, int64_t cha
     int64_t cores = vectorCores > 0 ? vectorCores : 1;
     t.unitsPerCore = (units + cores - 1) / cores;
     t.blockDim = static_cast<uint32_t>((units + t.unitsPerCore - 1) / t.unitsPerCore);
+    const int64_t rows = numRows > 0 ? numRows : 1;
+    t.countRowsPerCore = (rows + cores - 1) / cores;
+    t.countBlockDim = static_cast<uint32_t>((rows + t.countRowsPerCore - 1) / t.countRowsPerCore);
     return t;
 }
 
