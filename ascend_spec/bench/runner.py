@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import json
 import platform
+import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,7 +35,13 @@ def run_cases(ctx: BenchContext, only: Sequence[str] | None = None) -> list[Benc
         if only and name not in only:
             continue
         module = importlib.import_module(f"ascend_spec.bench.cases.{name}")
-        rows.extend(module.run(ctx))
+        start = time.perf_counter()
+        case_rows = module.run(ctx)
+        rows.extend(case_rows)
+        # Progress on stderr: the full CPU run takes minutes and the table only prints at the end.
+        print(
+            f"[bench] {name}: {len(case_rows)} rows in {time.perf_counter() - start:.1f} s", file=sys.stderr
+        )
     return rows
 
 
