@@ -316,3 +316,22 @@ def test_package_flush_pending_forwards_conv_records():
     assert pending.tolist() == [0, 0]
     assert torch.equal(pool[1], torch.cat([old[1].T, x[0:4]])[-(W - 1) :].T)
     assert torch.equal(pool[0], torch.cat([old[0].T, x[4:5]])[-(W - 1) :].T)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rows", [0, 2])
+def test_empty_batches_write_nothing(backend, rows):
+    """No rows, or rows without tokens: empty output, pool/records/pending untouched."""
+    S, C, W = 3, 5, 3
+    pool = torch.randn(S, C, W - 1)
+    before = pool.clone()
+    rec = allocate_conv_records(S, 4, C, W, dtype=torch.float32)
+    idx = torch.arange(rows, dtype=torch.int32)
+    pending = torch.zeros(rows, dtype=torch.int32)
+    y = verify_causal_conv1d(
+        torch.randn(0, C), torch.randn(C, W), None, cu_seqlens=torch.zeros(rows + 1, dtype=torch.int32),
+        conv_state_pool=pool, state_indices=idx, records=rec, pending=pending, backend=backend,
+    )  # fmt: skip
+    assert y.shape == (0, C)
+    flush_conv_pending(pool, idx, rec, pending, backend=backend)
+    assert torch.equal(pool, before) and torch.count_nonzero(rec.num_recorded) == 0
