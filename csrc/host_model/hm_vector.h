@@ -131,6 +131,20 @@ ASCEND_SPEC_HM_UNARY_FLOAT_OP(Reciprocal, 1.0f / x)
 ASCEND_SPEC_HM_UNARY_FLOAT_OP(Relu, x > 0.0f ? x : 0.0f)
 #undef ASCEND_SPEC_HM_UNARY_FLOAT_OP
 
+// dst = src * scalarValue + dst (asc-devkit docs/api/context/Axpy.md, "tensor前n个数据计算" form; A2/A3: half/float).
+template <typename T, typename U>
+void Axpy(const LocalTensor<T> &dst, const LocalTensor<U> &src, const U &scalarValue, const int32_t &count) {
+    static_assert((std::is_same_v<T, half> || std::is_same_v<T, float>) &&
+                      (std::is_same_v<U, half> || std::is_same_v<U, float>) && sizeof(T) >= sizeof(U),
+                  "Axpy takes half or float (float dst with half src allowed)");
+    host_model::CheckOperand(dst, count, "Axpy");
+    host_model::CheckOperand(src, count, "Axpy");
+    T *d = dst.Data();
+    const U *s = src.Data();
+    const float a = static_cast<float>(scalarValue);
+    for (int32_t i = 0; i < count; ++i) d[i] = static_cast<T>(static_cast<float>(s[i]) * a + static_cast<float>(d[i]));
+}
+
 template <typename T>
 void Abs(const LocalTensor<T> &dst, const LocalTensor<T> &src, const int32_t &calCount) {
     host_model::Unary(dst, src, calCount, "Abs", [](T x) { return x < T(0) ? static_cast<T>(-x) : x; });

@@ -14,8 +14,8 @@
 // stream) flips the bank and sets the count; stream order replaces a grid-wide barrier.
 //
 // Arithmetic per token on the vector unit, state rows of tileV floats: S *= exp(g) (one Muls over the tile);
-// pred = sum_i k_i S[i,:] and o = sum_i q_i S[i,:] as Dk scalar-times-row accumulations; u = beta (v - pred);
-// S[i,:] += k_i u. The replay runs the same decay and rank-1 updates with the recorded k, g, u.
+// pred = sum_i k_i S[i,:] and o = sum_i q_i S[i,:] as Dk Axpy row accumulations each; u = beta (v - pred);
+// S[i,:] += k_i u (Dk Axpy). The replay runs the same decay and rank-1 updates with the recorded k, g, u.
 #include "kernel_operator.h"
 #include "verify_gated_delta_rule_tiling.h"
 
@@ -191,17 +191,11 @@ private:
         AscendC::Exp(gExp_, gRaw_, static_cast<int32_t>(m * 8));
         Sync<AscendC::HardEvent::V_S>();
         Sync<AscendC::HardEvent::MTE2_S>();
-        const int32_t tile = static_cast<int32_t>(t_.dk * tvp), cols = static_cast<int32_t>(tvp);
+        const int32_t tile = static_cast<int32_t>(t_.dk * tvp);
         for (int64_t j = 0; j < m; ++j) {
             const float a = gExp_.GetValue(static_cast<uint32_t>(j * 8));
             AscendC::Muls(s_, s_, a, tile);
-            const AscendC::LocalTensor<float> uj = uF_[static_cast<uint32_t>(j * tvp)];
-            for (int64_t i = 0; i < t_.dk; ++i) {
-                const float ki = kF_.GetValue(static_cast<uint32_t>(j * t_.dkP + i));
-                AscendC::Muls(tmp_, uj, ki, cols);
-                AscendC::LocalTensor<float> si = s_[static_cast<uint32_t>(i * tvp)];
-                AscendC::Add(si, si, tmp_, cols);
-            }
+            RankOneUpdate(uF_[static_cast<uint32_t>(j * tvp)], j);
         }
     }
 
@@ -271,12 +265,7 @@ private:
             RowCombination(uj, kF_, j);  // uj = S^T k_j
             AscendC::Sub(uj, vF_[static_cast<uint32_t>(j * tvp)], uj, cols);
             AscendC::Muls(uj, uj, b, cols);
-            for (int64_t i = 0; i < t_.dk; ++i) {
-                const float ki = kF_.GetValue(static_cast<uint32_t>(j * dkP + i));
-                AscendC::Muls(tmp_, uj, ki, cols);
-                AscendC::LocalTensor<float> si = s_[static_cast<uint32_t>(i * tvp)];
-                AscendC::Add(si, si, tmp_, cols);
-            }
+            RankOneUpdate(uj, j);
             RowCombination(oj, qF_, j);  // oj = S^T (scale q_j)
         }
         WriteOutputs(tok, m, hv, v0, tv);
@@ -296,7 +285,7 @@ private:
         }
     }
 
-    // dst[0:tileV] = sum_i x[j, i] * S[i, :]
+    // dst[0:tileV] = sum_i x[j, i] * S[i, :]  (Dk Axpy instructions of one state row each)
     __aicore__ inline void RowCombination(const AscendC::LocalTensor<float> &dst, const AscendC::LocalTensor<float> &x,
                                           int64_t j) {
         const int64_t tvp = t_.tileV;
@@ -304,8 +293,18 @@ private:
         AscendC::Duplicate(dst, 0.0f, cols);
         for (int64_t i = 0; i < t_.dk; ++i) {
             const float xi = x.GetValue(static_cast<uint32_t>(j * t_.dkP + i));
-            AscendC::Muls(tmp_, s_[static_cast<uint32_t>(i * tvp)], xi, cols);
-            AscendC::Add(dst, dst, tmp_, cols);
+            AscendC::Axpy(dst, s_[static_cast<uint32_t>(i * tvp)], xi, cols);
+        }
+    }
+
+    // S[i, :] += k[j, i] * u  for every state row i (k in kF_ row j)
+    __aicore__ inline void RankOneUpdate(const AscendC::LocalTensor<float> &u, int64_t j) {
+        const int64_t tvp = t_.tileV;
+        const int32_t cols = static_cast<int32_t>(tvp);
+        for (int64_t i = 0; i < t_.dk; ++i) {
+            const float ki = kF_.GetValue(static_cast<uint32_t>(j * t_.dkP + i));
+            AscendC::LocalTensor<float> si = s_[static_cast<uint32_t>(i * tvp)];
+            AscendC::Axpy(si, u, ki, cols);
         }
     }
 
