@@ -8,7 +8,7 @@ runs in ONE subprocess without it (``python tests/test_triton_gpu_compile.py OUT
    heuristics-wrapped ones unwrapped); those no other jit function uses are kernels, the rest device helpers
    (compiled inside the kernels that call them);
 2. replaces ``JITFunction.run`` (what ``kernel[grid](...)`` calls) by a recorder and drives the PUBLIC ops through
-   :data:`LAUNCH_CASES` on CPU tensors, so the launch arguments are exactly what the launchers pass (their dtype
+   :func:`launch_cases` on CPU tensors, so the launch arguments are exactly what the launchers pass (their dtype
    normalisation, strides, block sizes, constexprs, ``num_warps``); an autotuned kernel is recorded once per config;
 3. specialises each distinct launch with Triton's own binder (argument dtypes, ints equal to 1 as constexpr,
    16-byte divisibility) and compiles it with ``triton.compile`` for ``GPUTarget("cuda", 90, 32)``; the first
@@ -391,7 +391,7 @@ def coverage_errors(kernels: list[str], compiled: dict[str, list[dict[str, str]]
         if name not in SPECIALISATIONS:
             errors.append(
                 f"{name} has no SPECIALISATIONS entry in {where}: add one listing the argument dtypes its launcher "
-                "can pass, and LAUNCH cases (launch_cases) that drive its launcher with each of them"
+                "can pass, and cases in launch_cases() that drive its launcher with each of them"
             )
             continue
         sigs = compiled.get(name, [])
@@ -464,6 +464,11 @@ def test_missing_entry_names_the_kernel_and_says_to_add_one() -> None:
     name = "ascend_spec.ops._triton_confidence:_max_softmax_partials_kernel"
     errors = coverage_errors(list(SPECIALISATIONS), {**compiled, name: [{"x_ptr": F32}]})
     assert any(e.startswith(f"{name}: no launch case compiled x_ptr as *bf16, *fp16") for e in errors)
+    # Every listed dtype compiled: no error; an entry whose kernel is gone is stale.
+    full = {k: [{arg: t} for arg, want in args.items() for t in want] for k, args in SPECIALISATIONS.items()}
+    assert coverage_errors(list(SPECIALISATIONS), full) == []
+    errors = coverage_errors([k for k in SPECIALISATIONS if k != name], full)
+    assert errors == [f"SPECIALISATIONS names {name}, which is not a kernel any more"]
 
 
 # ------------------------------------------------------------------------------------- subprocess (no interpreter)
