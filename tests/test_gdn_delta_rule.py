@@ -389,3 +389,25 @@ def test_strided_pool_view(backend):
     torch.testing.assert_close(pool, dense)
     assert torch.equal(big[:, 0], other_half)  # the other half of the buffer is never touched
     assert not torch.equal(pool[2], initial[2]) and torch.equal(pool[1], initial[1])  # only live slots change
+
+
+def test_flush_pending_forwards_conv_records():
+    """One flush call per layer serves GDN and conv layers alike (same pending, reset_pending=False)."""
+    from ascend_spec.gdn import allocate_conv_records, flush_conv_pending, verify_causal_conv1d
+
+    torch.manual_seed(9)
+    c, w, s = 8, 4, 3
+    base = torch.randn(s, c, w - 1)
+    pools = [base.clone(), base.clone()]
+    recs = [allocate_conv_records(s, 6, c, w, dtype=torch.float32) for _ in range(2)]
+    x, weight = torch.randn(7, c), torch.randn(c, w)
+    cu, idx = torch.tensor([0, 5, 7], dtype=torch.int32), torch.tensor([2, 0], dtype=torch.int32)
+    for pool, rec in zip(pools, recs):
+        verify_causal_conv1d(x, weight, None, cu_seqlens=cu, conv_state_pool=pool, state_indices=idx,
+                             records=rec, pending=torch.zeros(2, dtype=torch.int32))  # fmt: skip
+    pending = torch.tensor([4, 1], dtype=torch.int32)
+    flush_pending(pools[0], idx, recs[0], pending, reset_pending=False)
+    flush_conv_pending(pools[1], idx, recs[1], pending.clone(), reset_pending=False)
+    assert pending.tolist() == [4, 1]
+    assert torch.equal(pools[0], pools[1]) and not torch.equal(pools[0], base)
+    assert torch.equal(recs[0].num_recorded, recs[1].num_recorded)
