@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ascend_spec.gdn.conv1d import allocate_conv_records, flush_conv_pending, verify_causal_conv1d
+from ascend_spec.gdn.conv1d import (
+    ConvRecords,
+    allocate_conv_records,
+    flush_conv_pending,
+    verify_causal_conv1d,
+)
 
 S, C, W, L = 4, 6, 4, 5
 
@@ -57,6 +62,18 @@ def test_valid_call_runs():
         (
             dict(records=allocate_conv_records(S, L, C, W)),
             "records hold torch.bfloat16, which cannot store x",
+        ),
+        (
+            dict(
+                records=ConvRecords(
+                    torch.zeros(C, L, S).transpose(0, 2), torch.zeros(S, dtype=torch.int32), W
+                )
+            ),
+            "records must come from allocate_conv_records",
+        ),
+        (
+            dict(records=ConvRecords(torch.zeros(S, L, C), torch.zeros(S, dtype=torch.int64), W)),
+            "records must come from allocate_conv_records",
         ),
         (dict(cu_seqlens=torch.tensor([0.0, 3.0, 5.0])), "cu_seqlens must have dtype"),
         (dict(cu_seqlens=torch.tensor([0, 5], dtype=torch.int32)), "cu_seqlens must have B\\+1 = 3 entries"),
@@ -185,8 +202,6 @@ def test_unchecked_pending_is_clamped_to_recorded(backend, monkeypatch):
     monkeypatch.setenv("ASCEND_SPEC_CHECKS", "0")
     y = call(nxt, backend=backend)
     monkeypatch.setenv("ASCEND_SPEC_CHECKS", "1")
-    from ascend_spec.gdn.conv1d import ConvRecords
-
     same = make(
         x=x,
         conv_state_pool=clamped_pool,
