@@ -174,11 +174,15 @@ SHAPES = {
     "gqa": dict(S=6, H=2, HV=4, DK=16, DV=32),
     "odd": dict(S=5, H=1, HV=3, DK=24, DV=40),  # non-power-of-two dims: masked tiles, two v tiles in Triton
     "small": dict(S=4, H=1, HV=2, DK=16, DV=16),  # fla's interpreted kernel is slow: keep its sessions small
+    "tiny": dict(S=5, H=1, HV=2, DK=16, DV=16),
 }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("dtype,shape,l2norm", [(torch.float32, "gqa", False), (torch.bfloat16, "odd", True)])
+@pytest.mark.parametrize(
+    "dtype,shape,l2norm",
+    [(torch.float32, "gqa", False), (torch.bfloat16, "odd", True), (torch.float16, "tiny", True)],
+)
 def test_session_matches_transformers(backend, dtype, shape, l2norm):
     rng = random.Random(hash((backend, str(dtype), shape)) & 0xFFFF)
     sess = Session(rng, backend=backend, oracle=hf_oracle, dtype=dtype, L=20, l2norm=l2norm, scale=None,
