@@ -95,6 +95,12 @@ def test_valid_call_runs():
         (dict(scale="0.5"), "scale must be a finite float"),
         (dict(use_qk_l2norm=1), "use_qk_l2norm must be a bool"),
         (dict(q=torch.randn(T, H)), "q must have 3 dimensions"),
+        (
+            dict(cu_seqlens=torch.tensor([0, 2, 5], device="meta")),
+            "cu_seqlens is on meta but the other inputs are on cpu",
+        ),
+        (dict(state_pool=torch.zeros(S, HV, DK, DV, device="meta")), "state_pool is on meta"),
+        (dict(v=torch.randn(T, HV, DV, device="meta")), "v is on meta"),
     ],
 )
 def test_bad_verify_inputs(over, match):
