@@ -415,3 +415,31 @@ def test_flush_pending_forwards_conv_records():
     assert pending.tolist() == [4, 1]
     assert torch.equal(pools[0], pools[1]) and not torch.equal(pools[0], base)
     assert torch.equal(recs[0].num_recorded, recs[1].num_recorded)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("rows", [0, 3])
+def test_empty_calls_write_nothing(backend, rows):
+    """No rows, or rows that all have length 0: empty outputs, pool and records untouched; empty flush too."""
+    pool = torch.randn(4, 2, 16, 16)
+    rec = allocate_records(4, 3, 2, 16, 16, num_k_heads=1)
+    rec.num_recorded.fill_(3)
+    before = [t.clone() for t in (pool, *rec.tensors())]
+    idx = torch.arange(rows, dtype=torch.int32)
+    pending = torch.full((rows,), 2, dtype=torch.int32)
+    empty = (
+        torch.zeros(0, 1, 16),
+        torch.zeros(0, 1, 16),
+        torch.zeros(0, 2, 16),
+        torch.zeros(0, 2),
+        torch.zeros(0, 2),
+    )
+    o = verify_gated_delta_rule(
+        *empty, cu_seqlens=torch.zeros(rows + 1, dtype=torch.int32), state_pool=pool, state_indices=idx,
+        records=rec, pending=pending, backend=backend,
+    )  # fmt: skip
+    assert o.shape == (0, 2, 16)
+    flush_pending(pool, idx[:0], rec, pending[:0], backend=backend)
+    for b, t in zip(before, (pool, *rec.tensors())):
+        assert torch.equal(b, t)
+    assert pending.tolist() == [2] * rows
