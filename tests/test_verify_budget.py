@@ -175,6 +175,26 @@ def test_ascendc_refuses_a_batch_beyond_one_core() -> None:
         allocate_verify_budget(torch.ones(4096, 16), 8, backend="ascendc")
 
 
+def test_ascendc_ub_estimate_matches_the_kernel_tiling() -> None:
+    """The Python UB estimate (used before an NPU launch) equals the tiling the kernel computes."""
+    import ctypes
+
+    from ascend_spec.ascendc import host_model
+    from ascend_spec.ops._ascendc_verify_budget import KERNEL, ub_bytes_needed
+
+    fn = host_model.load_kernel(KERNEL).allocate_verify_budget_ub_bytes
+    fn.restype = ctypes.c_int64
+    for b, k, bound in [
+        (1, 1, 0),
+        (3, 5, 8),
+        (256, 16, 1024),
+        (512, 16, 8192),
+        (1000, 7, 10**9),
+        (4096, 16, 8),
+    ]:
+        assert ub_bytes_needed(b, k, bound) == fn(ctypes.c_int64(b), ctypes.c_int64(k), ctypes.c_int64(bound))
+
+
 def test_shapes_do_not_depend_on_values() -> None:
     for backend in BACKENDS:
         shapes = set()

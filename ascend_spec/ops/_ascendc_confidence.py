@@ -55,24 +55,27 @@ def _launch(logits: torch.Tensor, row_max: torch.Tensor, row_sum: torch.Tensor, 
     )
 
 
+def _partials_contiguous_vocab(logits: torch.Tensor, inv_t: float) -> tuple[torch.Tensor, torch.Tensor]:
+    if logits.device.type == "npu":  # pragma: no cover - needs CANN and an NPU
+        return _npu_partials(logits, inv_t)
+    n = logits.shape[0]
+    row_max = torch.empty(n, dtype=torch.float32, device=logits.device)
+    row_sum = torch.empty(n, dtype=torch.float32, device=logits.device)
+    if n:
+        _launch(logits, row_max, row_sum, inv_t)
+    return row_max, row_sum
+
+
 def max_softmax_partials_ascendc(
     logits: torch.Tensor, temperature: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     n, v = logits.shape
     inv_t = 1.0 / temperature
-    if logits.device.type == "npu":  # pragma: no cover - needs CANN and an NPU
-        if logits.stride(1) != 1:
-            raise ValueError("logits: the NPU kernel needs a contiguous vocabulary axis (stride(1) == 1)")
-        return _npu_partials(logits, inv_t)
-    row_max = torch.empty(n, dtype=torch.float32, device=logits.device)
-    row_sum = torch.empty(n, dtype=torch.float32, device=logits.device)
-    if n == 0:
-        return row_max, row_sum
-    if logits.stride(1) == 1:
-        _launch(logits, row_max, row_sum, inv_t)
-        return row_max, row_sum
+    if logits.stride(1) == 1 or n == 0:
+        return _partials_contiguous_vocab(logits, inv_t)
     rows = max(1, REFERENCE_CHUNK_ELEMS // v)
-    for start in range(0, n, rows):  # bounded temporaries: one contiguous chunk of rows at a time
-        chunk = logits[start : start + rows].contiguous()
-        _launch(chunk, row_max[start : start + rows], row_sum[start : start + rows], inv_t)
-    return row_max, row_sum
+    parts = [  # bounded temporaries: one contiguous chunk of rows at a time
+        _partials_contiguous_vocab(logits[start : start + rows].contiguous(), inv_t)
+        for start in range(0, n, rows)
+    ]
+    return torch.cat([m for m, _ in parts]), torch.cat([s for _, s in parts])

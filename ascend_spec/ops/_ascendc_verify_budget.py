@@ -20,12 +20,22 @@ from ascend_spec.ops.verify_budget import VerifyAllocation, index_length
 KERNEL = "allocate_verify_budget"
 
 
-def _check_fits(b: int, k: int, max_budget: int) -> None:
-    lib = host_model.load_kernel(KERNEL)
-    fn = lib.allocate_verify_budget_ub_bytes
-    fn.restype = ctypes.c_int64
-    need = fn(ctypes.c_int64(b), ctypes.c_int64(k), ctypes.c_int64(max_budget))
-    have = host_model.soc_spec().ub_bytes
+def _align(v: int, a: int) -> int:
+    return (v + a - 1) // a * a
+
+
+def ub_bytes_needed(b: int, k: int, max_budget: int) -> int:
+    """Unified Buffer bytes of the kernel's tiling (mirrors ComputeAllocateBudgetTiling; a test pins the two)."""
+    slots_pad = _align(max(b * k, 1), 64)
+    index_pad = _align(max(min(max_budget, b * k), 1), 8)
+    req_pad = _align(b + 1, 8)
+    tmp_len = _align(slots_pad // 4, 64)
+    return (2 * slots_pad + tmp_len + 8) * 4 + slots_pad // 8 + 4 * req_pad * 4 + index_pad * 4 + 32 * 8
+
+
+def _check_fits(b: int, k: int, max_budget: int, device: torch.device) -> None:
+    need = ub_bytes_needed(b, k, max_budget)
+    have = 192 * 1024 if device.type == "npu" else host_model.soc_spec().ub_bytes  # A2/A3: 192 KiB per core
     if need > have:
         raise ValueError(
             f"survival: {b} x {k} slots need {need} bytes of Unified Buffer on one AscendC core, more than its "
@@ -46,6 +56,7 @@ def allocate_verify_budget_ascendc(
     in_memory = isinstance(total_budget, torch.Tensor)
     budget_t = total_budget.to(torch.int64).reshape(()) if in_memory else None
     budget_value = 0 if in_memory else min(int(total_budget), max_budget)
+    _check_fits(b, k, max_budget, device)
     if device.type == "npu":  # pragma: no cover - needs CANN and an NPU
         op = getattr(torch.ops._C_ascend_spec, "npu_allocate_verify_budget", None)
         if op is None:
@@ -53,7 +64,6 @@ def allocate_verify_budget_ascendc(
                 "allocate_verify_budget: the loaded ascend_spec._C_ascend_spec has no npu_allocate_verify_budget"
             )
         return VerifyAllocation(*op(surv, caps, budget_t, budget_value, max_budget))
-    _check_fits(b, k, max_budget)
     length = index_length(b, k, max_budget)
     num_drafts = torch.empty(b, dtype=torch.int32, device=device)
     query_lens = torch.empty(b, dtype=torch.int32, device=device)
