@@ -60,3 +60,16 @@ def test_format_table_aligns_columns() -> None:
     table = format_table([BenchRow("op", "case", "reference", "loop", 1.0, 4.0, {"bytes": 10})])
     lines = table.splitlines()
     assert len(lines) == 3 and "4.00x" in lines[2] and "bytes=10" in lines[2]
+
+
+def test_measure_ms_stops_at_its_time_budget() -> None:
+    import time
+
+    calls = []
+
+    def slow() -> None:
+        calls.append(1)
+        time.sleep(0.05)
+
+    measure_ms(slow, torch.device("cpu"), warmup=5, repeats=50, max_seconds=0.2)
+    assert 2 <= len(calls) <= 8  # a couple of warm-ups and samples, not 55 calls

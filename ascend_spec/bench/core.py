@@ -65,26 +65,43 @@ def _synchronize(device: torch.device) -> None:
         torch.npu.synchronize(device)  # type: ignore[attr-defined]
 
 
-def measure_ms(fn: Callable[[], Any], device: torch.device, *, warmup: int = 3, repeats: int = 10) -> float:
-    """Median milliseconds of ``fn()`` on ``device``."""
+def measure_ms(
+    fn: Callable[[], Any],
+    device: torch.device,
+    *,
+    warmup: int = 3,
+    repeats: int = 10,
+    max_seconds: float | None = 10.0,
+) -> float:
+    """Median milliseconds of ``fn()`` on ``device``.
+
+    ``max_seconds`` bounds one measurement: warm-up stops after half of it and repeats stop once it is spent
+    (at least one sample is always taken), so seconds-long CPU baselines do not stretch the run to hours.
+    """
+    budget_end = None if max_seconds is None else time.perf_counter() + max_seconds
     for _ in range(warmup):
         fn()
+        if budget_end is not None and time.perf_counter() > budget_end - max_seconds / 2:
+            break
     _synchronize(device)
     samples: list[float] = []
+    mod = None
     if device.type in ("cuda", "npu"):
         mod = torch.cuda if device.type == "cuda" else torch.npu  # type: ignore[attr-defined]
-        for _ in range(repeats):
+    for _ in range(repeats):
+        if mod is not None:
             start, end = mod.Event(enable_timing=True), mod.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
             end.synchronize()
             samples.append(start.elapsed_time(end))
-    else:
-        for _ in range(repeats):
+        else:
             t0 = time.perf_counter()
             fn()
             samples.append((time.perf_counter() - t0) * 1e3)
+        if budget_end is not None and time.perf_counter() > budget_end:
+            break
     return statistics.median(samples)
 
 
