@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -235,7 +236,7 @@ def plot(plans: list[BatchPlan], path: Path, title: str) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size")
     ax.set_ylabel("expected tokens/s")
-    ax.set_title(title)
+    ax.set_title(textwrap.fill(title, 90), fontsize=9)  # profile/curve labels are long
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
