@@ -4,13 +4,16 @@ Dynamic verification needs, for every drafted position i, a confidence c_i that 
 no confidence head, so c_i is the top probability of its own distribution,
 ``c_i = max_v softmax(z_i / T)_v = 1 / sum_v exp((z_iv - max_u z_iu) / T)``. Materialising the softmax costs an
 N x V fp32 temporary (N = 1024, V = 131072: 512 MiB for a 4 KiB answer), so every backend here reads the logits
-once with an online max/sum in fp32 and never allocates anything of size N x V:
+from memory once, accumulates in fp32 and never allocates anything of size N x V:
 
 * ``reference`` (vectorised PyTorch, the CPU path and the oracle) walks row chunks through one fp32 workspace of
-  ``max(REFERENCE_CHUNK_ELEMS, V)`` elements (4 MiB, or one row when V > 2^20), so its temporary memory is
-  ``4 * max(REFERENCE_CHUNK_ELEMS, V)`` bytes plus O(N) outputs, whatever N is;
-* ``triton`` keeps a running (max, sum) per row in registers over BLOCK_V tiles;
-* ``ascendc`` does the same per row in the Unified Buffer (``csrc/kernels/max_softmax_confidence.cpp``).
+  ``max(REFERENCE_CHUNK_ELEMS, V)`` elements (4 MiB, or one row when V > 2^20): max, subtract, exp and sum of a
+  chunk run while it sits in cache. Its temporary memory is ``4 * max(REFERENCE_CHUNK_ELEMS, V)`` bytes plus
+  O(N) outputs, whatever N is;
+* ``triton`` keeps an online (max, sum) per row in registers over BLOCK_V tiles, rescaling the sum by
+  ``exp((m_old - m_new) / T)`` when the max grows;
+* ``ascendc`` reduces each Unified Buffer tile to (max, sum) and combines a row's tiles at its end
+  (``csrc/kernels/max_softmax_confidence.cpp``).
 
 Non-finite logits (documented, tested, identical on every backend):
 
