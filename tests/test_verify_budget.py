@@ -267,3 +267,13 @@ def test_shapes_do_not_depend_on_values() -> None:
 def test_bad_input(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_survival_agrees_across_backends(dtype: torch.dtype) -> None:
+    """bf16/fp16 survival (e.g. straight from a confidence head) ranks by its own values on every backend."""
+    g = torch.Generator().manual_seed(9)
+    surv = survival_probs(torch.rand(6, 5, generator=g) ** 0.2).to(dtype)  # rounding makes exact ties likely
+    want = brute_force(surv.float(), 13, None)
+    for backend in BACKENDS:
+        check_layout(run(surv, torch.tensor(13), backend, max_budget=20), want, 5, 20)
