@@ -28,6 +28,12 @@ import torch.nn.functional as F
 
 from ascend_spec.backend import resolve_backend, value_checks_enabled
 from ascend_spec.checks import FLOAT_DTYPES, INDEX_DTYPES, check_choice, check_positive_int, check_tensor
+from ascend_spec.gdn.protocol import (
+    check_pending_recorded,
+    check_reset_pending,
+    check_rows,
+    check_slot_values,
+)
 
 ACTIVATIONS = (None, "silu", "swish")
 
@@ -131,44 +137,14 @@ def _check_records(records: object, pool: torch.Tensor) -> ConvRecords:
     return records
 
 
-def _check_rows(
-    state_indices: torch.Tensor, pending: torch.Tensor, device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    check_tensor("state_indices", state_indices, ndim=1, dtypes=INDEX_DTYPES, device=device)
-    check_tensor("pending", pending, ndim=1, dtypes=(torch.int32,), device=device)
-    if pending.shape[0] != state_indices.shape[0]:
-        raise ValueError(
-            f"pending must have one entry per state_indices row ({state_indices.shape[0]}); "
-            f"got shape {list(pending.shape)}"
-        )
-    return state_indices, pending
-
-
 def _check_row_values(
     state_indices: torch.Tensor, pending: torch.Tensor, records: ConvRecords, active: torch.Tensor
 ) -> None:
     """Value checks (host sync): slots in range and distinct, pending within what each slot recorded."""
-    num_slots = records.num_slots
-    bad = (state_indices < -1) | (state_indices >= num_slots)
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"state_indices[{i}] = {int(state_indices[i])} is out of range [-1, {num_slots}) (-1 = padding)"
-        )
-    used = state_indices[state_indices >= 0]
-    if used.numel() != torch.unique(used).numel():
-        raise ValueError(f"state_indices must not repeat a state slot; got {state_indices.tolist()}")
+    check_slot_values(state_indices, records.num_slots)
     if bool((pending < 0).any()):
         raise ValueError(f"pending must be >= 0; got {pending.tolist()}")
-    slot = state_indices.clamp(min=0).long()
-    recorded = records.num_recorded[slot]
-    over = active & (state_indices >= 0) & (pending > recorded)
-    if bool(over.any()):
-        i = int(over.nonzero()[0, 0])
-        raise ValueError(
-            f"pending[{i}] = {int(pending[i])} exceeds the {int(recorded[i])} tokens recorded for state slot "
-            f"{int(state_indices[i])} by its last verify call"
-        )
+    check_pending_recorded(state_indices, pending, records.num_recorded, active)
 
 
 def _check_cu_seqlens(
@@ -245,7 +221,7 @@ def verify_causal_conv1d(
             f"allocate_conv_records(..., dtype={x.dtype})"
         )
     check_tensor("cu_seqlens", cu_seqlens, ndim=1, dtypes=INDEX_DTYPES, device=device)
-    _check_rows(state_indices, pending, device)
+    check_rows(state_indices, pending, device)
     if cu_seqlens.shape[0] != state_indices.shape[0] + 1:
         raise ValueError(
             f"cu_seqlens must have B+1 = {state_indices.shape[0] + 1} entries (B = state_indices rows); "
@@ -288,9 +264,8 @@ def flush_conv_pending(
     pool = _validate_pool(conv_state_pool)
     device = pool.device
     records = _check_records(records, pool)
-    _check_rows(state_indices, pending, device)
-    if not isinstance(reset_pending, bool):
-        raise ValueError(f"reset_pending must be a bool; got {reset_pending!r}")
+    check_rows(state_indices, pending, device)
+    check_reset_pending(reset_pending)
     if value_checks_enabled(device):
         _check_row_values(state_indices, pending, records, torch.ones_like(pending, dtype=torch.bool))
     which = resolve_backend(backend, device, op="flush_conv_pending")

@@ -31,6 +31,12 @@ import torch
 
 from ascend_spec.backend import resolve_backend, value_checks_enabled
 from ascend_spec.checks import FLOAT_DTYPES, INDEX_DTYPES, check_tensor
+from ascend_spec.gdn.protocol import (
+    check_pending_recorded,
+    check_reset_pending,
+    check_rows,
+    check_slot_values,
+)
 from ascend_spec.gdn.records import GDNRecords
 
 __all__ = ["verify_gated_delta_rule", "flush_pending"]
@@ -65,42 +71,15 @@ def _check_records(records: object, pool: torch.Tensor) -> GDNRecords:
     return records
 
 
-def _check_rows(state_indices: object, pending: object, device: torch.device) -> int:
-    check_tensor("state_indices", state_indices, ndim=1, dtypes=INDEX_DTYPES, device=device)
-    check_tensor("pending", pending, ndim=1, dtypes=(torch.int32,), device=device)
-    if pending.shape[0] != state_indices.shape[0]:
-        raise ValueError(
-            f"pending must have one entry per state_indices row ({state_indices.shape[0]}); "
-            f"got shape {list(pending.shape)}"
-        )
-    return state_indices.shape[0]
-
-
 def _check_row_values(
     state_indices: torch.Tensor, pending: torch.Tensor, records: GDNRecords, rows: torch.Tensor
 ) -> None:
     """Value checks (host sync): slots in [-1, S) and distinct, 0 <= pending <= recorded on ``rows``."""
-    num_slots = records.num_slots
-    bad = (state_indices < -1) | (state_indices >= num_slots)
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"state_indices[{i}] = {int(state_indices[i])} is out of range [-1, {num_slots}) (-1 = padding)"
-        )
-    used = state_indices[state_indices >= 0]
-    if used.numel() != torch.unique(used).numel():
-        raise ValueError(f"state_indices must not repeat a state slot; got {state_indices.tolist()}")
+    check_slot_values(state_indices, records.num_slots)
     if bool((pending < 0).any()):
         i = int((pending < 0).nonzero()[0, 0])
         raise ValueError(f"pending must be >= 0; got pending[{i}] = {int(pending[i])}")
-    recorded = records.num_recorded[state_indices.clamp(min=0).long()]
-    over = rows & (state_indices >= 0) & (pending > recorded)
-    if bool(over.any()):
-        i = int(over.nonzero()[0, 0])
-        raise ValueError(
-            f"pending[{i}] = {int(pending[i])} exceeds the {int(recorded[i])} tokens recorded for state slot "
-            f"{int(state_indices[i])} by its last verify call"
-        )
+    check_pending_recorded(state_indices, pending, records.num_recorded, rows)
 
 
 def _check_cu_seqlens(cu_seqlens: torch.Tensor, num_tokens: int, capacity: int) -> None:
@@ -174,7 +153,7 @@ def verify_gated_delta_rule(
             f"records keep keys for {records.num_k_heads} k-heads but q/k have H = {num_heads}; allocate them "
             f"with allocate_records(..., num_k_heads={num_heads})"
         )
-    num_rows = _check_rows(state_indices, pending, device)
+    num_rows = check_rows(state_indices, pending, device)
     check_tensor("cu_seqlens", cu_seqlens, ndim=1, dtypes=INDEX_DTYPES, device=device, shape=(num_rows + 1,))
     if scale is None:
         scale = dk**-0.5
@@ -228,9 +207,8 @@ def flush_pending(
     pool = _check_pool(state_pool)
     device = pool.device
     records = _check_records(records, pool)
-    _check_rows(state_indices, pending, device)
-    if not isinstance(reset_pending, bool):
-        raise ValueError(f"reset_pending must be a bool; got {reset_pending!r}")
+    check_rows(state_indices, pending, device)
+    check_reset_pending(reset_pending)
     if value_checks_enabled(device):
         _check_row_values(state_indices, pending, records, torch.ones_like(pending, dtype=torch.bool))
     which = resolve_backend(backend, device, op="flush_pending")

@@ -1,0 +1,63 @@
+"""The deferred-commit protocol shared by the GDN and conv layers: argument checks both ops run the same way.
+
+Both :mod:`ascend_spec.gdn.delta_rule` and :mod:`ascend_spec.gdn.conv1d` take per call ``state_indices [B]``
+(-1 = padding row) and ``pending [B]`` int32 (tokens of the slot's last verify call to commit now), and keep
+``num_recorded [S]`` per state slot. The checks below are the parts of that contract the two ops state
+identically (one place, one error text); what differs between them (record layouts, the cu_seqlens capacity
+rule) stays in each op's module.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ascend_spec.checks import INDEX_DTYPES, check_tensor
+
+
+def check_rows(state_indices: object, pending: object, device: torch.device) -> int:
+    """Shape/dtype/device of ``state_indices [B]`` and ``pending [B]`` int32; returns B."""
+    check_tensor("state_indices", state_indices, ndim=1, dtypes=INDEX_DTYPES, device=device)
+    check_tensor("pending", pending, ndim=1, dtypes=(torch.int32,), device=device)
+    if pending.shape[0] != state_indices.shape[0]:
+        raise ValueError(
+            f"pending must have one entry per state_indices row ({state_indices.shape[0]}); "
+            f"got shape {list(pending.shape)}"
+        )
+    return state_indices.shape[0]
+
+
+def check_slot_values(state_indices: torch.Tensor, num_slots: int) -> None:
+    """Value check (host sync): every slot in [-1, S) and no slot used by two rows (their writes would race)."""
+    bad = (state_indices < -1) | (state_indices >= num_slots)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"state_indices[{i}] = {int(state_indices[i])} is out of range [-1, {num_slots}) (-1 = padding)"
+        )
+    used = state_indices[state_indices >= 0]
+    if used.numel() != torch.unique(used).numel():
+        raise ValueError(f"state_indices must not repeat a state slot; got {state_indices.tolist()}")
+
+
+def check_pending_recorded(
+    state_indices: torch.Tensor, pending: torch.Tensor, num_recorded: torch.Tensor, rows: torch.Tensor
+) -> None:
+    """Value check (host sync): on ``rows`` (bool [B]) with a slot, pending <= what the slot recorded.
+
+    The kernels clamp to ``num_recorded`` anyway (never reading stale records); this turns a caller's
+    bookkeeping error into a ValueError instead of a silently shorter commit.
+    """
+    recorded = num_recorded[state_indices.clamp(min=0).long()]
+    over = rows & (state_indices >= 0) & (pending > recorded)
+    if bool(over.any()):
+        i = int(over.nonzero()[0, 0])
+        raise ValueError(
+            f"pending[{i}] = {int(pending[i])} exceeds the {int(recorded[i])} tokens recorded for state slot "
+            f"{int(state_indices[i])} by its last verify call"
+        )
+
+
+def check_reset_pending(reset_pending: object) -> None:
+    """The flushes' ``reset_pending`` flag must be a real bool (a tensor or int would be a caller bug)."""
+    if not isinstance(reset_pending, bool):
+        raise ValueError(f"reset_pending must be a bool; got {reset_pending!r}")
