@@ -9,13 +9,14 @@ Unified Buffer size of the chosen SoC bounds what the kernel's TPipe may allocat
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,6 +122,16 @@ def tensor_ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
     if t.device.type != "cpu" or not t.is_contiguous():
         raise ValueError("host-model kernels take contiguous CPU tensors")
     return ctypes.c_void_p(t.data_ptr())
+
+
+@contextlib.contextmanager
+def written_in_place(t: torch.Tensor) -> Iterator[torch.Tensor]:
+    """A contiguous tensor for a kernel to write in place of ``t``: ``t`` itself when contiguous, else a work
+    copy that is copied back into ``t`` after the block (host-model kernels address GM as dense buffers)."""
+    work = t if t.is_contiguous() else t.contiguous()
+    yield work
+    if work is not t:
+        t.copy_(work)
 
 
 def launch(

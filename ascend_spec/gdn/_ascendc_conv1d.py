@@ -119,13 +119,12 @@ def verify_conv1d_ascendc(
     y = torch.empty(num_tokens, channels, dtype=x.dtype, device=x.device)
     if state_indices.shape[0] == 0:
         return y
-    work = pool if pool.is_contiguous() else pool.contiguous()
-    _launch(
-        x=x.contiguous(), weight_t=weight_t, bias=bias32, y=y, pool=work, records=records, cu=_i32(cu_seqlens),
-        idx=_i32(state_indices), pending=_i32(pending), x_dtype=x.dtype, width=width, silu=silu, mode=_MODE_VERIFY,
-    )  # fmt: skip
-    if work is not pool:
-        pool.copy_(work)
+    with host_model.written_in_place(pool) as work:
+        _launch(
+            x=x.contiguous(), weight_t=weight_t, bias=bias32, y=y, pool=work, records=records,
+            cu=_i32(cu_seqlens), idx=_i32(state_indices), pending=_i32(pending), x_dtype=x.dtype, width=width,
+            silu=silu, mode=_MODE_VERIFY,
+        )  # fmt: skip
     return y
 
 
@@ -143,14 +142,9 @@ def flush_conv_ascendc(
         return
     if state_indices.shape[0] == 0:
         return
-    work = pool if pool.is_contiguous() else pool.contiguous()
-    pend = pending if pending.is_contiguous() else pending.contiguous()
-    _launch(
-        x=None, weight_t=None, bias=None, y=None, pool=work, records=records, cu=None, idx=_i32(state_indices),
-        pending=pend, x_dtype=records.x.dtype, width=pool.shape[2] + 1, silu=False,
-        mode=_MODE_FLUSH_RESET if reset_pending else _MODE_FLUSH,
-    )  # fmt: skip
-    if work is not pool:
-        pool.copy_(work)
-    if pend is not pending:
-        pending.copy_(pend)
+    with host_model.written_in_place(pool) as work, host_model.written_in_place(pending) as pend:
+        _launch(
+            x=None, weight_t=None, bias=None, y=None, pool=work, records=records, cu=None,
+            idx=_i32(state_indices), pending=pend, x_dtype=records.x.dtype, width=pool.shape[2] + 1,
+            silu=False, mode=_MODE_FLUSH_RESET if reset_pending else _MODE_FLUSH,
+        )  # fmt: skip

@@ -114,13 +114,12 @@ def verify_ascendc(
     o = torch.empty_like(v, memory_format=torch.contiguous_format)
     if state_indices.shape[0] == 0 or q.shape[0] == 0:
         return o
-    work = pool if pool.is_contiguous() else pool.contiguous()
-    _launch(
-        inputs=(q.contiguous(), k.contiguous(), v.contiguous(), g32, beta32), o=o, cu=cu32, idx=idx32,
-        pending=pend32, pool=work, records=records, scale=scale, use_qk_l2norm=use_qk_l2norm, mode=_MODE_VERIFY,
-    )  # fmt: skip
-    if work is not pool:
-        pool.copy_(work)
+    with host_model.written_in_place(pool) as work:
+        _launch(
+            inputs=(q.contiguous(), k.contiguous(), v.contiguous(), g32, beta32), o=o, cu=cu32, idx=idx32,
+            pending=pend32, pool=work, records=records, scale=scale, use_qk_l2norm=use_qk_l2norm,
+            mode=_MODE_VERIFY,
+        )  # fmt: skip
     return o
 
 
@@ -135,10 +134,8 @@ def flush_ascendc(
         return
     if state_indices.shape[0] == 0:
         return
-    work = pool if pool.is_contiguous() else pool.contiguous()
-    _launch(
-        inputs=None, o=None, cu=None, idx=idx32, pending=pend32, pool=work, records=records, scale=1.0,
-        use_qk_l2norm=False, mode=_MODE_FLUSH,
-    )  # fmt: skip
-    if work is not pool:
-        pool.copy_(work)
+    with host_model.written_in_place(pool) as work:
+        _launch(
+            inputs=None, o=None, cu=None, idx=idx32, pending=pend32, pool=work, records=records, scale=1.0,
+            use_qk_l2norm=False, mode=_MODE_FLUSH,
+        )  # fmt: skip
