@@ -12,17 +12,13 @@
 //    (request, position) order, writing counts, offsets and indices into UB tiles that leave by DataCopyPad.
 #include "allocate_verify_budget_tiling.h"
 #include "kernel_operator.h"
+#include "kernel_utils.h"
 
 using ascend_spec::AllocateBudgetTiling;
 
 namespace {
 
-template <AscendC::HardEvent EVT>
-__aicore__ inline void Sync() {
-    event_t id = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(EVT));
-    AscendC::SetFlag<EVT>(id);
-    AscendC::WaitFlag<EVT>(id);
-}
+using ascend_spec::kernel::Sync;
 
 __aicore__ inline float BitsToFloat(uint32_t bits) {
     union {

@@ -8,27 +8,15 @@
 // the vector unit: M = max_t m_t, S = sum_t s_t * exp((m_t - M) / T). So no N x V buffer exists anywhere, and
 // the only scalar reads are two per tile. bf16/fp16 tiles are upcast by Cast before any arithmetic.
 #include "kernel_operator.h"
+#include "kernel_utils.h"
 #include "max_softmax_confidence_tiling.h"
 
 using ascend_spec::MaxSoftmaxTiling;
 
 namespace {
 
-template <AscendC::HardEvent EVT>
-__aicore__ inline void Sync() {
-    event_t id = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(EVT));
-    AscendC::SetFlag<EVT>(id);
-    AscendC::WaitFlag<EVT>(id);
-}
-
-template <typename A, typename B>
-struct SameType {
-    static constexpr bool value = false;
-};
-template <typename A>
-struct SameType<A, A> {
-    static constexpr bool value = true;
-};
+using ascend_spec::kernel::SameType;
+using ascend_spec::kernel::Sync;
 
 constexpr float kNegInf = -__builtin_inff();
 

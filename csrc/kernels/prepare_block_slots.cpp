@@ -6,11 +6,14 @@
 // UB tiles (page lookups are data-dependent gathers) and leave with one DataCopyPad per tile and output.
 // A position that cannot be placed (negative, past the block table, on a negative page id) gets slot -1.
 #include "kernel_operator.h"
+#include "kernel_utils.h"
 #include "prepare_block_slots_tiling.h"
 
 using ascend_spec::PrepareBlockSlotsTiling;
 
 namespace {
+
+using ascend_spec::kernel::Sync;
 
 constexpr int64_t kTile = 1024;  // elements per UB tile (8 KiB of int64)
 
@@ -80,14 +83,10 @@ private:
     // before refilling the tile.
     template <typename T>
     __aicore__ inline void Flush(AscendC::GlobalTensor<T> dst, const AscendC::LocalTensor<T> &tile, int64_t count) {
-        event_t toMte3 = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(AscendC::HardEvent::S_MTE3));
-        AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(toMte3);
-        AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(toMte3);
+        Sync<AscendC::HardEvent::S_MTE3>();
         AscendC::DataCopyExtParams params{1, static_cast<uint32_t>(count * sizeof(T)), 0, 0, 0};
         AscendC::DataCopyPad(dst, tile, params);
-        event_t toS = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(AscendC::HardEvent::MTE3_S));
-        AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(toS);
-        AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(toS);
+        Sync<AscendC::HardEvent::MTE3_S>();
     }
 
     __aicore__ inline void QueryRows(int64_t begin, int64_t end) {

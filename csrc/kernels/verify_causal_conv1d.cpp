@@ -15,30 +15,17 @@
 // Gathers (byte offsets computed once per launch) on the way in (only when fewer than W-1 tokens are pending)
 // and on the way out (only when pending > 0).
 #include "kernel_operator.h"
+#include "kernel_utils.h"
 #include "verify_causal_conv1d_tiling.h"
 
 using ascend_spec::VerifyConv1dTiling;
 
 namespace {
 
-template <AscendC::HardEvent EVT>
-__aicore__ inline void Sync() {
-    event_t id = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(EVT));
-    AscendC::SetFlag<EVT>(id);
-    AscendC::WaitFlag<EVT>(id);
-}
-
-template <typename A, typename B>
-struct SameType {
-    static constexpr bool value = false;
-};
-template <typename A>
-struct SameType<A, A> {
-    static constexpr bool value = true;
-};
-
-__aicore__ inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__aicore__ inline int64_t Max64(int64_t a, int64_t b) { return a > b ? a : b; }
+using ascend_spec::kernel::Max64;
+using ascend_spec::kernel::Min64;
+using ascend_spec::kernel::SameType;
+using ascend_spec::kernel::Sync;
 
 template <typename TX, typename TR, typename TP>
 class VerifyConv1d {

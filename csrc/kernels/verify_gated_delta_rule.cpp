@@ -17,31 +17,19 @@
 // pred = sum_i k_i S[i,:] and o = sum_i q_i S[i,:] as Dk Axpy row accumulations each; u = beta (v - pred);
 // S[i,:] += k_i u (Dk Axpy). The replay runs the same decay and rank-1 updates with the recorded k, g, u.
 #include "kernel_operator.h"
+#include "kernel_utils.h"
 #include "verify_gated_delta_rule_tiling.h"
 
 using ascend_spec::VerifyGdnTiling;
 
 namespace {
 
-template <AscendC::HardEvent EVT>
-__aicore__ inline void Sync() {
-    event_t id = static_cast<event_t>(AscendC::GetTPipePtr()->FetchEventID(EVT));
-    AscendC::SetFlag<EVT>(id);
-    AscendC::WaitFlag<EVT>(id);
-}
+using ascend_spec::kernel::Align32;
+using ascend_spec::kernel::Max64;
+using ascend_spec::kernel::Min64;
+using ascend_spec::kernel::SameType;
+using ascend_spec::kernel::Sync;
 
-template <typename A, typename B>
-struct SameType {
-    static constexpr bool value = false;
-};
-template <typename A>
-struct SameType<A, A> {
-    static constexpr bool value = true;
-};
-
-__aicore__ inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
-__aicore__ inline int64_t Max64(int64_t a, int64_t b) { return a > b ? a : b; }
-__aicore__ inline int64_t Align32(int64_t bytes) { return (bytes + 31) / 32 * 32; }
 
 // `rows` GM rows of `cols` elements, `gmPitch` elements apart -> UB rows `ubPitch` elements apart.
 template <typename T>
