@@ -22,9 +22,11 @@ using ascend_spec::VerifyConv1dTiling;
 
 namespace {
 
+using ascend_spec::kernel::LoadRows;
 using ascend_spec::kernel::Max64;
 using ascend_spec::kernel::Min64;
 using ascend_spec::kernel::SameType;
+using ascend_spec::kernel::StoreRows;
 using ascend_spec::kernel::Sync;
 
 template <typename TX, typename TR, typename TP>
@@ -104,32 +106,17 @@ public:
     }
 
 private:
-    // UB gap (in 32-byte blocks) that makes rows of `ct` elements land tileC elements apart.
-    template <typename T>
-    __aicore__ inline uint32_t UbGap(int64_t ct) const {
-        const int64_t row = tc_ * static_cast<int64_t>(sizeof(T));
-        const int64_t used = (ct * static_cast<int64_t>(sizeof(T)) + 31) / 32 * 32;
-        return static_cast<uint32_t>((row - used) / 32);
-    }
-
-    // `rows` GM rows of `ct` elements, `channels` apart -> UB rows tileC apart.
+    // `rows` GM rows of `ct` elements, `channels` apart <-> UB rows tileC apart.
     template <typename T>
     __aicore__ inline void CopyRowsIn(const AscendC::LocalTensor<T> &dst, const AscendC::GlobalTensor<T> &src,
                                       int64_t rows, int64_t ct) {
-        const uint32_t bytes = static_cast<uint32_t>(ct * sizeof(T));
-        const uint32_t gmGap = static_cast<uint32_t>((t_.channels - ct) * sizeof(T));
-        AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows), bytes, gmGap, UbGap<T>(ct), 0};
-        AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, static_cast<T>(0)};
-        AscendC::DataCopyPad(dst, src, params, pad);
+        LoadRows(dst, src, rows, ct, t_.channels, tc_);
     }
 
     template <typename T>
     __aicore__ inline void CopyRowsOut(const AscendC::GlobalTensor<T> &dst, const AscendC::LocalTensor<T> &src,
                                        int64_t rows, int64_t ct) {
-        const uint32_t bytes = static_cast<uint32_t>(ct * sizeof(T));
-        const uint32_t gmGap = static_cast<uint32_t>((t_.channels - ct) * sizeof(T));
-        AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows), bytes, UbGap<T>(ct), gmGap, 0};
-        AscendC::DataCopyPad(dst, src, params);
+        StoreRows(dst, src, rows, ct, t_.channels, tc_);
     }
 
     // GM rows (any dtype) -> fp32 window rows starting at `winRow`; raw copies stay in the staging buffer.

@@ -24,35 +24,12 @@ using ascend_spec::VerifyGdnTiling;
 
 namespace {
 
-using ascend_spec::kernel::Align32;
+using ascend_spec::kernel::LoadRows;
 using ascend_spec::kernel::Max64;
 using ascend_spec::kernel::Min64;
 using ascend_spec::kernel::SameType;
+using ascend_spec::kernel::StoreRows;
 using ascend_spec::kernel::Sync;
-
-
-// `rows` GM rows of `cols` elements, `gmPitch` elements apart -> UB rows `ubPitch` elements apart.
-template <typename T>
-__aicore__ inline void LoadRows(const AscendC::LocalTensor<T> &dst, const AscendC::GlobalTensor<T> &src, int64_t rows,
-                                int64_t cols, int64_t gmPitch, int64_t ubPitch) {
-    const int64_t bytes = cols * static_cast<int64_t>(sizeof(T));
-    AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows), static_cast<uint32_t>(bytes),
-                                      static_cast<uint32_t>((gmPitch - cols) * static_cast<int64_t>(sizeof(T))),
-                                      static_cast<uint32_t>((ubPitch * static_cast<int64_t>(sizeof(T)) - Align32(bytes)) / 32),
-                                      0};
-    AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, static_cast<T>(0)};
-    AscendC::DataCopyPad(dst, src, params, pad);
-}
-
-template <typename T>
-__aicore__ inline void StoreRows(const AscendC::GlobalTensor<T> &dst, const AscendC::LocalTensor<T> &src,
-                                 int64_t rows, int64_t cols, int64_t gmPitch, int64_t ubPitch) {
-    const int64_t bytes = cols * static_cast<int64_t>(sizeof(T));
-    AscendC::DataCopyExtParams params{static_cast<uint16_t>(rows), static_cast<uint32_t>(bytes),
-                                      static_cast<uint32_t>((ubPitch * static_cast<int64_t>(sizeof(T)) - Align32(bytes)) / 32),
-                                      static_cast<uint32_t>((gmPitch - cols) * static_cast<int64_t>(sizeof(T))), 0};
-    AscendC::DataCopyPad(dst, src, params);
-}
 
 template <typename TX>
 class VerifyGdn {
