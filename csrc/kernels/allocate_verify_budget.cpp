@@ -18,7 +18,7 @@ using ascend_spec::AllocateBudgetTiling;
 
 namespace {
 
-using ascend_spec::kernel::Sync;
+using namespace ascend_spec::kernel;  // kernel_utils.h
 
 __aicore__ inline float BitsToFloat(uint32_t bits) {
     union {

@@ -15,8 +15,7 @@ using ascend_spec::MaxSoftmaxTiling;
 
 namespace {
 
-using ascend_spec::kernel::SameType;
-using ascend_spec::kernel::Sync;
+using namespace ascend_spec::kernel;  // kernel_utils.h
 
 constexpr float kNegInf = -__builtin_inff();
 

@@ -13,7 +13,7 @@ using ascend_spec::PrepareBlockSlotsTiling;
 
 namespace {
 
-using ascend_spec::kernel::Sync;
+using namespace ascend_spec::kernel;  // kernel_utils.h
 
 constexpr int64_t kTile = 1024;  // elements per UB tile (8 KiB of int64)
 

@@ -22,12 +22,7 @@ using ascend_spec::VerifyConv1dTiling;
 
 namespace {
 
-using ascend_spec::kernel::LoadRows;
-using ascend_spec::kernel::Max64;
-using ascend_spec::kernel::Min64;
-using ascend_spec::kernel::SameType;
-using ascend_spec::kernel::StoreRows;
-using ascend_spec::kernel::Sync;
+using namespace ascend_spec::kernel;  // kernel_utils.h
 
 template <typename TX, typename TR, typename TP>
 class VerifyConv1d {
