@@ -55,6 +55,10 @@ SOCS: dict[str, SocSpec] = {
 }
 DEFAULT_SOC = "ascend910b2"
 
+# The dtype codes the kernels' entry points dispatch on (kDtypeF32/kDtypeBf16/kDtypeF16 in
+# csrc/kernels/kernel_utils.h; torch_binding.cpp's DtypeCode maps them the same way on the NPU).
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
 
 def soc_spec(name: str | None = None) -> SocSpec:
     """The SoC the host model imitates: ``name``, else ``$ASCEND_SPEC_HOST_MODEL_SOC``, else 910B2."""

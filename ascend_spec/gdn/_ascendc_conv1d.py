@@ -14,10 +14,10 @@ import ctypes
 import torch
 
 from ascend_spec.ascendc import host_model
+from ascend_spec.ascendc.host_model import DTYPE_CODES
 from ascend_spec.backend import BackendUnavailableError
 
 KERNEL = "verify_causal_conv1d"
-_TYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _MODE_VERIFY, _MODE_FLUSH, _MODE_FLUSH_RESET = 0, 1, 2
 # Tests flip these: run the host model's blocks last-to-first (exposes cross-core order dependence) / other SoCs.
 REVERSE_BLOCKS = False
@@ -45,7 +45,7 @@ def tile_channels(
     spec = host_model.soc_spec(SOC)
     fn = host_model.load_kernel(KERNEL).verify_causal_conv1d_tile_channels
     fn.restype = ctypes.c_int64
-    codes = (_TYPE_CODES[x_dtype], _TYPE_CODES[rec_dtype], _TYPE_CODES[pool_dtype])
+    codes = (DTYPE_CODES[x_dtype], DTYPE_CODES[rec_dtype], DTYPE_CODES[pool_dtype])
     null = ctypes.c_void_p(0)
     ints = (*codes, 1, channels, width, 1, 1)
     return int(
@@ -84,8 +84,8 @@ def _launch(
     args = [
         ptr(x), ptr(weight_t), ptr(bias), ptr(y), ptr(pool), ptr(rec), ptr(records.num_recorded),
         ptr(cu), ptr(idx), ptr(pending),
-        ctypes.c_int64(_TYPE_CODES[x_dtype]), ctypes.c_int64(_TYPE_CODES[rec.dtype]),
-        ctypes.c_int64(_TYPE_CODES[pool.dtype]), ctypes.c_int64(idx.shape[0]), ctypes.c_int64(pool.shape[1]),
+        ctypes.c_int64(DTYPE_CODES[x_dtype]), ctypes.c_int64(DTYPE_CODES[rec.dtype]),
+        ctypes.c_int64(DTYPE_CODES[pool.dtype]), ctypes.c_int64(idx.shape[0]), ctypes.c_int64(pool.shape[1]),
         ctypes.c_int64(width), ctypes.c_int64(rec.shape[1]), ctypes.c_int64(pool.shape[0]),
         ctypes.c_bool(bias is not None), ctypes.c_bool(silu), ctypes.c_int64(mode), ctypes.c_int64(spec.ub_bytes),
     ]  # fmt: skip

@@ -17,11 +17,11 @@ import ctypes
 import torch
 
 from ascend_spec.ascendc import host_model
+from ascend_spec.ascendc.host_model import DTYPE_CODES
 from ascend_spec.backend import BackendUnavailableError
 from ascend_spec.gdn.records import GDNRecords
 
 KERNEL = "verify_gated_delta_rule"
-_TYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _MODE_VERIFY, _MODE_FLUSH = 0, 1
 # Tests flip these: run the host model's blocks last-to-first (exposes cross-core order dependence) / other SoCs.
 REVERSE_BLOCKS = False
@@ -48,7 +48,7 @@ def tiling(num_rows: int, num_heads: int, num_v_heads: int, dk: int, dv: int, x_
     fn = host_model.load_kernel(KERNEL).verify_gated_delta_rule_tiling
     fn.restype = None
     out = (ctypes.c_int64 * 4)()
-    ints = (num_rows, num_heads, num_v_heads, dk, dv, _TYPE_CODES[x_dtype], spec.ub_bytes)
+    ints = (num_rows, num_heads, num_v_heads, dk, dv, DTYPE_CODES[x_dtype], spec.ub_bytes)
     fn(ctypes.c_uint32(spec.vector_cores), *(ctypes.c_int64(v) for v in ints), out)
     return {"tile_v": out[0], "tile_t": out[1], "block_dim": out[2], "ub_bytes": out[3]}
 
@@ -76,7 +76,7 @@ def _launch(
     args = [
         ptr(q), ptr(k), ptr(v), ptr(g), ptr(beta), ptr(o), ptr(cu), ptr(idx), ptr(pending), ptr(pool),
         *(ptr(t) for t in rec),
-        ctypes.c_int64(_TYPE_CODES[x_dtype]), ctypes.c_int64(0 if q is None else q.shape[0]),
+        ctypes.c_int64(DTYPE_CODES[x_dtype]), ctypes.c_int64(0 if q is None else q.shape[0]),
         ctypes.c_int64(idx.shape[0]), ctypes.c_int64(records.num_k_heads), ctypes.c_int64(hv), ctypes.c_int64(dk),
         ctypes.c_int64(dv), ctypes.c_int64(num_slots), ctypes.c_int64(records.max_tokens_per_step),
         ctypes.c_int64(pool.stride(0)), ctypes.c_bool(use_qk_l2norm), ctypes.c_float(scale),

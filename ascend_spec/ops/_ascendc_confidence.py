@@ -16,10 +16,9 @@ import ctypes
 import torch
 
 from ascend_spec.ascendc import host_model
+from ascend_spec.ascendc.host_model import DTYPE_CODES
 from ascend_spec.backend import BackendUnavailableError
 from ascend_spec.ops.confidence import REFERENCE_CHUNK_ELEMS
-
-_DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 
 def _npu_partials(
@@ -41,7 +40,7 @@ def _launch(logits: torch.Tensor, row_max: torch.Tensor, row_sum: torch.Tensor, 
     # The GM region the kernel may touch: from the first row's start to the last row's end.
     span = logits.as_strided(((n - 1) * stride + v,), (1,))
     args = [
-        ctypes.c_int64(_DTYPE_CODES[logits.dtype]),
+        ctypes.c_int64(DTYPE_CODES[logits.dtype]),
         ctypes.c_void_p(logits.data_ptr()),
         host_model.tensor_ptr(row_max),
         host_model.tensor_ptr(row_sum),

@@ -166,9 +166,9 @@ __aicore__ inline void Run(GM_ADDR logits, GM_ADDR rowMax, GM_ADDR rowSum, const
 // dtype: 0 = float32, 1 = bfloat16, 2 = float16.
 extern "C" __global__ __aicore__ void max_softmax_partials(GM_ADDR logits, GM_ADDR rowMax, GM_ADDR rowSum,
                                                            int64_t dtype, MaxSoftmaxTiling tiling) {
-    if (dtype == 0) {
+    if (dtype == kDtypeF32) {
         Run<float>(logits, rowMax, rowSum, tiling);
-    } else if (dtype == 1) {
+    } else if (dtype == kDtypeBf16) {
         Run<bfloat16_t>(logits, rowMax, rowSum, tiling);
     } else {
         Run<half>(logits, rowMax, rowSum, tiling);

@@ -373,9 +373,9 @@ template <typename TX, typename TR>
 __aicore__ inline void RunPool(int64_t poolType, GM_ADDR x, GM_ADDR weightT, GM_ADDR bias, GM_ADDR y, GM_ADDR pool,
                                GM_ADDR rec, GM_ADDR numRecorded, GM_ADDR cu, GM_ADDR idx, GM_ADDR pending,
                                const VerifyConv1dTiling &tiling) {
-    if (poolType == 0) {
+    if (poolType == kDtypeF32) {
         RunTyped<TX, TR, float>(x, weightT, bias, y, pool, rec, numRecorded, cu, idx, pending, tiling);
-    } else if (poolType == 1) {
+    } else if (poolType == kDtypeBf16) {
         RunTyped<TX, TR, bfloat16_t>(x, weightT, bias, y, pool, rec, numRecorded, cu, idx, pending, tiling);
     } else {
         RunTyped<TX, TR, half>(x, weightT, bias, y, pool, rec, numRecorded, cu, idx, pending, tiling);
@@ -400,10 +400,10 @@ extern "C" __global__ __aicore__ void verify_causal_conv1d(GM_ADDR x, GM_ADDR we
                                                            GM_ADDR cu, GM_ADDR idx, GM_ADDR pending,
                                                            int64_t xType, int64_t recType, int64_t poolType,
                                                            VerifyConv1dTiling tiling) {
-    const bool recIsF32 = recType == 0;
-    if (xType == 0) {
+    const bool recIsF32 = recType == kDtypeF32;
+    if (xType == kDtypeF32) {
         RunRec<float>(true, poolType, x, weightT, bias, y, pool, rec, numRecorded, cu, idx, pending, tiling);
-    } else if (xType == 1) {
+    } else if (xType == kDtypeBf16) {
         RunRec<bfloat16_t>(recIsF32, poolType, x, weightT, bias, y, pool, rec, numRecorded, cu, idx, pending, tiling);
     } else {
         RunRec<half>(recIsF32, poolType, x, weightT, bias, y, pool, rec, numRecorded, cu, idx, pending, tiling);
@@ -427,16 +427,13 @@ extern "C" __global__ __aicore__ void verify_causal_conv1d_counts(GM_ADDR numRec
         int64_t ubBytes
 #define VERIFY_CONV1D_TILING                                                                                     \
     ascend_spec::ComputeVerifyConv1dTiling(numRows, channels, width, maxTokens, numSlots, hasBias, silu, mode,   \
-                                           TypeBytes(xType), TypeBytes(recType), TypeBytes(poolType), ubBytes,   \
-                                           vectorCores)
+                                           ascend_spec::kernel::DtypeBytes(xType),                               \
+                                           ascend_spec::kernel::DtypeBytes(recType),                             \
+                                           ascend_spec::kernel::DtypeBytes(poolType), ubBytes, vectorCores)
 #define VERIFY_CONV1D_ARGS                                                                                       \
     (GM_ADDR) x, (GM_ADDR)weightT, (GM_ADDR)bias, (GM_ADDR)y, (GM_ADDR)pool, (GM_ADDR)rec, (GM_ADDR)numRecorded, \
         (GM_ADDR)cu, (GM_ADDR)idx, (GM_ADDR)pending, xType, recType, poolType, tiling
 #define VERIFY_CONV1D_COUNTS_ARGS (GM_ADDR) numRecorded, (GM_ADDR)cu, (GM_ADDR)idx, (GM_ADDR)pending, tiling
-
-namespace {
-inline int64_t TypeBytes(int64_t code) { return code == 0 ? 4 : 2; }
-}  // namespace
 
 #ifdef ASCEND_SPEC_HOST_MODEL
 extern "C" int verify_causal_conv1d_host(uint32_t vectorCores, VERIFY_CONV1D_PARAMS) {

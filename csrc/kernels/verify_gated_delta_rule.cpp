@@ -370,9 +370,9 @@ extern "C" __global__ __aicore__ void verify_gated_delta_rule(GM_ADDR q, GM_ADDR
                                                               GM_ADDR recG, GM_ADDR recU, GM_ADDR bank,
                                                               GM_ADDR numRecorded, int64_t xType,
                                                               VerifyGdnTiling tiling) {
-    if (xType == 1) {
+    if (xType == kDtypeBf16) {
         RunTyped<bfloat16_t>(q, k, v, g, beta, o, cu, idx, pending, pool, recK, recG, recU, bank, numRecorded, tiling);
-    } else if (xType == 2) {
+    } else if (xType == kDtypeF16) {
         RunTyped<half>(q, k, v, g, beta, o, cu, idx, pending, pool, recK, recG, recU, bank, numRecorded, tiling);
     } else {
         RunTyped<float>(q, k, v, g, beta, o, cu, idx, pending, pool, recK, recG, recU, bank, numRecorded, tiling);
@@ -396,8 +396,8 @@ extern "C" __global__ __aicore__ void verify_gated_delta_rule_meta(GM_ADDR cu, G
         int64_t maxTokens, int64_t poolStride, bool useL2norm, float scale, int64_t mode, int64_t ubBytes
 #define VERIFY_GDN_TILING                                                                                        \
     ascend_spec::ComputeVerifyGdnTiling(numTokens, numRows, numHeads, numVHeads, dk, dv, numSlots, maxTokens,    \
-                                        poolStride, useL2norm, scale, mode, xType == 0 ? 4 : 2, ubBytes,         \
-                                        vectorCores)
+                                        poolStride, useL2norm, scale, mode,                                      \
+                                        ascend_spec::kernel::DtypeBytes(xType), ubBytes, vectorCores)
 #define VERIFY_GDN_ARGS                                                                                          \
     (GM_ADDR) q, (GM_ADDR)k, (GM_ADDR)v, (GM_ADDR)g, (GM_ADDR)beta, (GM_ADDR)o, (GM_ADDR)cu, (GM_ADDR)idx,      \
         (GM_ADDR)pending, (GM_ADDR)pool, (GM_ADDR)recK, (GM_ADDR)recG, (GM_ADDR)recU, (GM_ADDR)bank,            \
@@ -407,7 +407,8 @@ extern "C" __global__ __aicore__ void verify_gated_delta_rule_meta(GM_ADDR cu, G
 #ifdef ASCEND_SPEC_HOST_MODEL
 extern "C" int verify_gated_delta_rule_host(uint32_t vectorCores, VERIFY_GDN_PARAMS) {
     VerifyGdnTiling tiling = VERIFY_GDN_TILING;
-    const int64_t need = ascend_spec::VerifyGdnUbBytes(dk, tiling.dkP, tiling.tileV, tiling.tileT, xType == 0 ? 4 : 2);
+    const int64_t need = ascend_spec::VerifyGdnUbBytes(dk, tiling.dkP, tiling.tileV, tiling.tileT,
+                                                       ascend_spec::kernel::DtypeBytes(xType));
     if (need > ubBytes) {
         AscendC::host_model::GetState().lastError =
             "the smallest tiling needs " + std::to_string(need) + " bytes of Unified Buffer, above " +
@@ -426,11 +427,12 @@ extern "C" void verify_gated_delta_rule_tiling(uint32_t vectorCores, int64_t num
                                                int64_t ubBytes, int64_t *out) {
     VerifyGdnTiling t = ascend_spec::ComputeVerifyGdnTiling(1, numRows, numHeads, numVHeads, dk, dv, 1, 1,
                                                             numVHeads * dk * dv, false, 1.0f, 0,
-                                                            xType == 0 ? 4 : 2, ubBytes, vectorCores);
+                                                            ascend_spec::kernel::DtypeBytes(xType), ubBytes,
+                                                            vectorCores);
     out[0] = t.tileV;
     out[1] = t.tileT;
     out[2] = t.blockDim;
-    out[3] = ascend_spec::VerifyGdnUbBytes(dk, t.dkP, t.tileV, t.tileT, xType == 0 ? 4 : 2);
+    out[3] = ascend_spec::VerifyGdnUbBytes(dk, t.dkP, t.tileV, t.tileT, ascend_spec::kernel::DtypeBytes(xType));
 }
 #else
 namespace ascend_spec {
