@@ -12,7 +12,7 @@ import ctypes
 import torch
 
 from ascend_spec.ascendc import host_model
-from ascend_spec.ops.block_slots import BlockSlots, context_start_loc_and_total
+from ascend_spec.ops.block_slots import BlockSlots, context_start_loc_and_total, empty_block_slots
 
 
 def prepare_block_slots_ascendc(
@@ -43,27 +43,19 @@ def prepare_block_slots_ascendc(
         )  # fmt: skip
         return BlockSlots(*outs[:3], outs[3], outs[4], outs[5], outs[6], outs[7], ctx_start)
 
-    rope_shape = () if rope is None or rope.dim() == 1 else (3,)
-    input_ids = torch.empty(r * q, dtype=anchor_token_ids.dtype, device=dev)
-    positions = torch.empty((*rope_shape, r * q), dtype=torch.int64, device=dev)
-    slot_mapping = torch.empty(r * q, dtype=torch.int64, device=dev)
-    query_start_loc = torch.empty(r + 1, dtype=torch.int32, device=dev)
-    seq_lens = torch.empty(r, dtype=torch.int32, device=dev)
-    sample_indices = torch.empty(b * (q if sample_from_anchor else q - 1), dtype=torch.int64, device=dev)
-    ctx_slots = torch.empty(total, dtype=torch.int64, device=dev)
-    ctx_positions = torch.empty((*rope_shape, total), dtype=torch.int64, device=dev)
+    out = empty_block_slots(
+        anchor_token_ids, rope, num_padded_reqs=r, num_query_tokens=q, sample_from_anchor=sample_from_anchor,
+        context_start_loc=ctx_start, total=total,
+    )  # fmt: skip
     if r == 0:
-        query_start_loc.zero_()
-        return BlockSlots(
-            input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots,
-            ctx_positions, ctx_start,
-        )  # fmt: skip
+        return out
     rope_rows = 0 if rope is None else (1 if rope.dim() == 1 else 3)
     inputs = [anchor_token_ids, anchor_positions, block_table, ctx_start]
     if rope is not None:
         inputs.append(rope)
     outputs = [
-        input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots, ctx_positions,
+        out.input_ids, out.positions, out.slot_mapping, out.query_start_loc, out.seq_lens, out.sample_indices,
+        out.context_slot_mapping, out.context_positions,
     ]  # fmt: skip
     ptr = host_model.tensor_ptr
     args = [
@@ -75,4 +67,4 @@ def prepare_block_slots_ascendc(
         ctypes.c_int64(mask_token_id), ctypes.c_int64(total),
     ]  # fmt: skip
     host_model.launch("prepare_block_slots", "prepare_block_slots_host", args, tensors=inputs + outputs)
-    return BlockSlots(*outputs, ctx_start)
+    return out

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ascend_spec.ops.block_slots import BlockSlots, context_start_loc_and_total
+from ascend_spec.ops.block_slots import BlockSlots, context_start_loc_and_total, empty_block_slots
 
 _BLOCK_C = 64
 
@@ -124,17 +124,11 @@ def prepare_block_slots_triton(
     dev = anchor_positions.device
     b, r, q = anchor_positions.shape[0], num_padded_reqs, num_query_tokens
     rope_rows = 3 if rope_positions is not None and rope_positions.dim() == 2 else 1
-    lead = (3,) if rope_rows == 3 else ()
     ctx_start, total = context_start_loc_and_total(context_lens, b, dev)
-    num_samples = b * (q if sample_from_anchor else q - 1)
-    input_ids = torch.empty(r * q, dtype=anchor_token_ids.dtype, device=dev)
-    positions = torch.empty((*lead, r * q), dtype=torch.int64, device=dev)
-    slot_mapping = torch.empty(r * q, dtype=torch.int64, device=dev)
-    query_start_loc = torch.zeros(r + 1, dtype=torch.int32, device=dev)
-    seq_lens = torch.empty(r, dtype=torch.int32, device=dev)
-    sample_indices = torch.empty(num_samples, dtype=torch.int64, device=dev)
-    ctx_slots = torch.empty(total, dtype=torch.int64, device=dev)
-    ctx_pos = torch.empty((*lead, total), dtype=torch.int64, device=dev)
+    out = empty_block_slots(
+        anchor_token_ids, rope_positions, num_padded_reqs=r, num_query_tokens=q,
+        sample_from_anchor=sample_from_anchor, context_start_loc=ctx_start, total=total,
+    )  # fmt: skip
     if r > 0:
         has_rope = rope_positions is not None
         has_ctx = total > 0
@@ -145,14 +139,14 @@ def prepare_block_slots_triton(
             block_table,
             context_lens if has_ctx else anchor_positions,
             ctx_start,
-            input_ids,
-            positions,
-            slot_mapping,
-            query_start_loc,
-            seq_lens,
-            sample_indices,
-            ctx_slots,
-            ctx_pos,
+            out.input_ids,
+            out.positions,
+            out.slot_mapping,
+            out.query_start_loc,
+            out.seq_lens,
+            out.sample_indices,
+            out.context_slot_mapping,
+            out.context_positions,
             b,
             block_table.shape[1],
             block_table.stride(0),
@@ -170,14 +164,4 @@ def prepare_block_slots_triton(
             SAMPLE_FROM_ANCHOR=sample_from_anchor,
             BLOCK_C=_BLOCK_C,
         )
-    return BlockSlots(
-        input_ids=input_ids,
-        positions=positions,
-        slot_mapping=slot_mapping,
-        query_start_loc=query_start_loc,
-        seq_lens=seq_lens,
-        sample_indices=sample_indices,
-        context_slot_mapping=ctx_slots,
-        context_positions=ctx_pos,
-        context_start_loc=ctx_start,
-    )
+    return out

@@ -186,6 +186,35 @@ def context_start_loc_and_total(
     return start, total
 
 
+def empty_block_slots(
+    anchor_token_ids: torch.Tensor,
+    rope_positions: torch.Tensor | None,
+    *,
+    num_padded_reqs: int,
+    num_query_tokens: int,
+    sample_from_anchor: bool,
+    context_start_loc: torch.Tensor,
+    total: int,
+) -> BlockSlots:
+    """The outputs a kernel backend fills, with the shapes and dtypes of :class:`BlockSlots` (one definition
+    for every kernel backend). ``query_start_loc`` starts zeroed: with no padded rows it is the whole answer.
+    """
+    dev = anchor_token_ids.device
+    b, r, q = context_start_loc.numel() - 1, num_padded_reqs, num_query_tokens
+    lead = () if rope_positions is None or rope_positions.dim() == 1 else (3,)
+    return BlockSlots(
+        input_ids=torch.empty(r * q, dtype=anchor_token_ids.dtype, device=dev),
+        positions=torch.empty((*lead, r * q), dtype=torch.int64, device=dev),
+        slot_mapping=torch.empty(r * q, dtype=torch.int64, device=dev),
+        query_start_loc=torch.zeros(r + 1, dtype=torch.int32, device=dev),
+        seq_lens=torch.empty(r, dtype=torch.int32, device=dev),
+        sample_indices=torch.empty(b * (q if sample_from_anchor else q - 1), dtype=torch.int64, device=dev),
+        context_slot_mapping=torch.empty(total, dtype=torch.int64, device=dev),
+        context_positions=torch.empty((*lead, total), dtype=torch.int64, device=dev),
+        context_start_loc=context_start_loc,
+    )
+
+
 def _slots(
     table: torch.Tensor, num_pages: int, row_base: torch.Tensor, pos: torch.Tensor, bs: int
 ) -> torch.Tensor:
