@@ -8,7 +8,6 @@ of different difficulty, which is what a per-request budget exploits; a single c
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from ascend_spec.graph.config_io import read_json
 
 CURVE_FORMAT = "ascend-spec/acceptance/v1"
 
@@ -117,11 +118,7 @@ def curve_from_dict(data: Any, *, where: str = "acceptance curve") -> Acceptance
 
 def load_curve(path: str | Path) -> AcceptanceCurve:
     path = Path(path)
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    data = read_json(path)
     return curve_from_dict(data, where=str(path))
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ascend_spec.graph.buckets import GraphBuckets, _as_count
+from ascend_spec.graph.config_io import read_json
 
 PROFILE_FORMAT = "ascend-spec/cost-profile/v1"
 #: Where a cost point came from; anything not "measured" is marked in the JSON and the plan report.
@@ -240,11 +241,7 @@ class CostProfile:
     @classmethod
     def load(cls, path: str | Path) -> CostProfile:
         path = Path(path)
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        data = read_json(path)
         return cls.from_dict(data, where=str(path))
 
     # -- measuring -----------------------------------------------------------------------------------------

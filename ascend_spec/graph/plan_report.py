@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ascend_spec.graph.acceptance import AcceptanceCurve, load_curve
+from ascend_spec.graph.config_io import read_json
 from ascend_spec.graph.controller import BudgetController
 from ascend_spec.graph.cost_profile import CostProfile
 
@@ -83,11 +84,7 @@ def _configs_path(value: str, sub: str) -> Path:
 
 def load_plan_profile(path: str | Path) -> PlanProfile:
     path = Path(path)
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    data = read_json(path)
     if not isinstance(data, Mapping) or data.get("format") != PLAN_PROFILE_FORMAT:
         got = data.get("format") if isinstance(data, Mapping) else type(data).__name__
         raise ValueError(f"{path}: format must be {PLAN_PROFILE_FORMAT!r}; got {got!r}")
