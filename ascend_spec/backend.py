@@ -47,6 +47,11 @@ def triton_interpret_enabled() -> bool:
 def ascendc_extension_loaded() -> bool:
     """True when the compiled CANN extension registered ``torch.ops._C_ascend_spec``."""
     try:
+        # torch_npu registers the "npu" (PrivateUse1) device the extension's kernels bind to: load it first.
+        import torch_npu  # noqa: F401
+    except ImportError:
+        return False
+    try:
         from ascend_spec import _C_ascend_spec  # noqa: F401  (built by setup.py only where CANN exists)
     except ImportError:
         return False
