@@ -326,19 +326,24 @@ def _verify_reference(
     active = (slot >= 0) & (lens > 0)
     committed = _committed_states(pool, slot.clamp(min=0), records, pending)  # [B, W-1, C] fp32
 
-    # Source rows: this call's tokens, then every row's committed state (row b's at T + b (W-1)).
-    src = torch.cat([x.to(torch.float32), committed.reshape(-1, channels)])
+    # One depthwise conv over every row at once: row b's committed state (W-1 columns) then its tokens, rows back
+    # to back, so each token's window spans only its own row; outputs whose window straddles two rows are dropped.
     tok = torch.arange(num_tokens, device=device)
     row_of_token = torch.searchsorted(cu[1:], tok, right=True)  # no repeat_interleave (OpenMP on CPU)
     local = tok - cu.index_select(0, row_of_token)
-    w32, y = weight.to(torch.float32), None
-    for j in range(wm1 + 1):  # W taps (not a loop over tokens)
-        pos = local - wm1 + j
-        idx = torch.where(pos >= 0, tok - wm1 + j, num_tokens + row_of_token * wm1 + wm1 + pos)
-        term = src.index_select(0, idx) * w32[:, j]
-        y = term if y is None else y + term
-    if bias is not None:
-        y = y + bias.to(torch.float32)
+    num_rows = slot.shape[0]
+    seq = torch.empty(num_tokens + num_rows * wm1, channels, dtype=torch.float32, device=device)
+    row_start = cu[:-1] + torch.arange(num_rows, device=device) * wm1  # where row b's state columns begin
+    state_at = row_start[:, None] + torch.arange(wm1, device=device)
+    seq.index_copy_(0, state_at.reshape(-1), committed.reshape(-1, channels))
+    token_at = tok + (row_of_token + 1) * wm1
+    seq.index_copy_(0, token_at, x.to(torch.float32))
+    b32 = None if bias is None else bias.to(torch.float32)
+    if num_tokens:
+        conv = F.conv1d(seq.t().unsqueeze(0), weight.to(torch.float32).unsqueeze(1), b32, groups=channels)
+        y = conv.squeeze(0).t().index_select(0, token_at - wm1)  # [T, C]
+    else:
+        y = torch.empty(0, channels, dtype=torch.float32, device=device)
     if silu:
         y = F.silu(y)
     y = torch.where((slot.index_select(0, row_of_token) >= 0)[:, None], y, torch.zeros((), device=device))
