@@ -81,6 +81,12 @@ class ConvRecords:
         return (self.x, self.num_recorded)
 
 
+# The reference's conv works in channel blocks whose fp32 working set stays about 2 MiB (cache-sized), at least
+# 256 channels so short batches do not pay a Python iteration per few channels.
+_REFERENCE_BLOCK_BYTES = 2 << 20
+_REFERENCE_MIN_CHANNEL_BLOCK = 256
+
+
 def conv_record_bytes_per_slot(
     max_tokens_per_step: int, channels: int, *, dtype: torch.dtype = torch.bfloat16
 ) -> int:
@@ -332,21 +338,27 @@ def _verify_reference(
     row_of_token = torch.searchsorted(cu[1:], tok, right=True)  # no repeat_interleave (OpenMP on CPU)
     local = tok - cu.index_select(0, row_of_token)
     num_rows = slot.shape[0]
-    seq = torch.empty(num_tokens + num_rows * wm1, channels, dtype=torch.float32, device=device)
     row_start = cu[:-1] + torch.arange(num_rows, device=device) * wm1  # where row b's state columns begin
-    state_at = row_start[:, None] + torch.arange(wm1, device=device)
-    seq.index_copy_(0, state_at.reshape(-1), committed.reshape(-1, channels))
+    state_at = (row_start[:, None] + torch.arange(wm1, device=device)).reshape(-1)
     token_at = tok + (row_of_token + 1) * wm1
-    seq.index_copy_(0, token_at, x.to(torch.float32))
+    keep = (slot.index_select(0, row_of_token) >= 0)[:, None]  # padding rows output zeros
+    y = torch.empty(num_tokens, channels, dtype=x.dtype, device=device)
+    w32 = weight.to(torch.float32).unsqueeze(1)
     b32 = None if bias is None else bias.to(torch.float32)
-    if num_tokens:
-        conv = F.conv1d(seq.t().unsqueeze(0), weight.to(torch.float32).unsqueeze(1), b32, groups=channels)
-        y = conv.squeeze(0).t().index_select(0, token_at - wm1)  # [T, C]
-    else:
-        y = torch.empty(0, channels, dtype=torch.float32, device=device)
-    if silu:
-        y = F.silu(y)
-    y = torch.where((slot.index_select(0, row_of_token) >= 0)[:, None], y, torch.zeros((), device=device))
+    # Channel blocks keep each block's working set cache-sized; a Python loop over blocks, never over tokens.
+    seq_len = num_tokens + num_rows * wm1
+    block = max(_REFERENCE_MIN_CHANNEL_BLOCK, _REFERENCE_BLOCK_BYTES // (4 * max(seq_len, 1)))
+    for c0 in range(0, channels if num_tokens else 0, block):
+        c1 = min(c0 + block, channels)
+        seq = torch.empty(seq_len, c1 - c0, dtype=torch.float32, device=device)
+        seq.index_copy_(0, state_at, committed[:, :, c0:c1].reshape(-1, c1 - c0))
+        seq.index_copy_(0, token_at, x[:, c0:c1].to(torch.float32))
+        bias_c = None if b32 is None else b32[c0:c1]
+        conv = F.conv1d(seq.t().unsqueeze(0), w32[c0:c1], bias_c, groups=c1 - c0)
+        out = conv.squeeze(0).t().index_select(0, token_at - wm1)  # [T, block]
+        if silu:
+            out = F.silu(out)
+        y[:, c0:c1] = torch.where(keep, out, torch.zeros((), device=device))
 
     # Writes: committed state once per active row; this call's inputs as the slot's new records.
     rows = active.nonzero().squeeze(1)
@@ -359,7 +371,7 @@ def _verify_reference(
         0, dest + local.index_select(0, toks), x.index_select(0, toks).to(records.x.dtype)
     )
     records.num_recorded.index_copy_(0, slots, lens.index_select(0, rows).clamp(max=cap).to(torch.int32))
-    return y.to(x.dtype)
+    return y
 
 
 def _flush_reference(
