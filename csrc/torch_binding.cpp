@@ -12,6 +12,7 @@
 
 #include "acl/acl.h"
 #include "ops.h"
+#include "ops_outputs.h"
 #include "ops_schema.h"
 #include "tiling/platform/platform_ascendc.h"
 
@@ -70,19 +71,8 @@ npu_prepare_block_slots(const at::Tensor &anchor_token_ids, const at::Tensor &an
     TORCH_CHECK(context_start_loc.scalar_type() == at::kInt, "context_start_loc must be int32");
     const int64_t b = anchor_positions.size(0), r = num_padded_reqs, q = num_query_tokens;
     const int64_t ropeRows = rope_positions.has_value() ? (rope_positions->dim() == 1 ? 1 : 3) : 0;
-    const auto i64 = anchor_positions.options().dtype(at::kLong);
-    const auto i32 = anchor_positions.options().dtype(at::kInt);
-    std::vector<int64_t> posShape = ropeRows == 3 ? std::vector<int64_t>{3, r * q} : std::vector<int64_t>{r * q};
-    std::vector<int64_t> ctxShape =
-        ropeRows == 3 ? std::vector<int64_t>{3, total_context} : std::vector<int64_t>{total_context};
-    at::Tensor input_ids = at::empty({r * q}, anchor_token_ids.options());
-    at::Tensor positions = at::empty(posShape, i64);
-    at::Tensor slot_mapping = at::empty({r * q}, i64);
-    at::Tensor query_start_loc = at::empty({r + 1}, i32);
-    at::Tensor seq_lens = at::empty({r}, i32);
-    at::Tensor sample_indices = at::empty({b * (sample_from_anchor ? q : q - 1)}, i64);
-    at::Tensor ctx_slots = at::empty({total_context}, i64);
-    at::Tensor ctx_positions = at::empty(ctxShape, i64);
+    auto [input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots, ctx_positions] =
+        EmptyBlockSlots(anchor_token_ids, anchor_positions, ropeRows == 3, total_context, q, sample_from_anchor, r);
     if (r == 0) {
         query_start_loc.zero_();
         return {input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots,
@@ -112,8 +102,7 @@ std::tuple<at::Tensor, at::Tensor> npu_max_softmax_partials(const at::Tensor &lo
     const int64_t dtype = DtypeCode(logits, "logits");
     const int64_t n = logits.size(0), v = logits.size(1);
     const int64_t stride = n > 1 ? logits.stride(0) : v;
-    at::Tensor row_max = at::empty({n}, logits.options().dtype(at::kFloat));
-    at::Tensor row_sum = at::empty({n}, logits.options().dtype(at::kFloat));
+    auto [row_max, row_sum] = EmptyMaxSoftmaxPartials(logits);
     if (n == 0) return {row_max, row_sum};
     void *x = logits.data_ptr(), *mx = row_max.data_ptr(), *sm = row_sum.data_ptr();
     const uint32_t cores = VectorCoreNum();
@@ -129,11 +118,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_allocate_verify_b
     int64_t budget_value, int64_t max_budget) {
     TORCH_CHECK(survival.scalar_type() == at::kFloat && survival.is_contiguous(), "survival must be contiguous fp32");
     const int64_t b = survival.size(0), k = survival.size(1);
-    const auto i32 = survival.options().dtype(at::kInt);
-    at::Tensor num_drafts = at::empty({b}, i32);
-    at::Tensor query_lens = at::empty({b}, i32);
-    at::Tensor query_start_loc = at::empty({b + 1}, i32);
-    at::Tensor draft_index = at::empty({std::min(max_budget, b * k)}, i32);
+    auto [num_drafts, query_lens, query_start_loc, draft_index] = EmptyVerifyAllocation(survival, max_budget);
     void *s = survival.data_ptr(), *cap = PtrOrNull(capacities), *bud = PtrOrNull(budget);
     void *nd = num_drafts.data_ptr(), *ql = query_lens.data_ptr(), *qsl = query_start_loc.data_ptr();
     void *di = draft_index.data_ptr();
@@ -153,7 +138,7 @@ at::Tensor npu_verify_gated_delta_rule(const at::Tensor &q, const at::Tensor &k,
                                        at::Tensor &rec_u, at::Tensor &bank, at::Tensor &num_recorded, double scale,
                                        bool use_qk_l2norm) {
     const int64_t xType = DtypeCode(v, "v");
-    at::Tensor o = at::empty_like(v, at::MemoryFormat::Contiguous);
+    at::Tensor o = EmptyLike(v);
     const int64_t rows = state_indices.size(0);
     if (rows == 0 || q.size(0) == 0) return o;
     const int64_t t = q.size(0), h = rec_k.size(3), hv = state_pool.size(1), dk = state_pool.size(2);
@@ -200,7 +185,7 @@ at::Tensor npu_verify_causal_conv1d(const at::Tensor &x, const at::Tensor &weigh
                                     at::Tensor &num_recorded, const at::Tensor &pending, bool silu) {
     TORCH_CHECK(conv_state_pool.is_contiguous(), "conv_state_pool must be contiguous for the NPU kernel");
     at::Tensor xc = x.contiguous();
-    at::Tensor y = at::empty_like(xc);
+    at::Tensor y = EmptyLike(xc);
     const int64_t rows = state_indices.size(0);
     if (rows == 0) return y;
     const int64_t xType = DtypeCode(xc, "x"), recType = DtypeCode(rec_x, "records.x");

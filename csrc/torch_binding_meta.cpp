@@ -1,9 +1,9 @@
 // Meta implementations: output shapes and dtypes only, so torch.compile / graph capture can trace the ops
-// without running them. Each mirrors the allocation in csrc/torch_binding.cpp.
+// without running them. They allocate through csrc/ops_outputs.h, as the NPU binding does.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
-#include <algorithm>
+#include "ops_outputs.h"
 
 namespace ascend_spec {
 namespace meta {
@@ -14,29 +14,19 @@ npu_prepare_block_slots(const at::Tensor &anchor_token_ids, const at::Tensor &an
                         const at::Tensor &context_start_loc, int64_t total_context, int64_t block_size,
                         int64_t num_query_tokens, int64_t mask_token_id, bool sample_from_anchor,
                         int64_t num_padded_reqs) {
-    const int64_t b = anchor_positions.size(0), r = num_padded_reqs, q = num_query_tokens;
     const bool mrope = rope_positions.has_value() && rope_positions->dim() == 2;
-    const auto i64 = anchor_positions.options().dtype(at::kLong);
-    const auto i32 = anchor_positions.options().dtype(at::kInt);
-    auto shape = [&](int64_t n) { return mrope ? std::vector<int64_t>{3, n} : std::vector<int64_t>{n}; };
-    return {at::empty({r * q}, anchor_token_ids.options()), at::empty(shape(r * q), i64),
-            at::empty({r * q}, i64), at::empty({r + 1}, i32), at::empty({r}, i32),
-            at::empty({b * (sample_from_anchor ? q : q - 1)}, i64), at::empty({total_context}, i64),
-            at::empty(shape(total_context), i64)};
+    return EmptyBlockSlots(anchor_token_ids, anchor_positions, mrope, total_context, num_query_tokens,
+                           sample_from_anchor, num_padded_reqs);
 }
 
 std::tuple<at::Tensor, at::Tensor> npu_max_softmax_partials(const at::Tensor &logits, double inv_temperature) {
-    const auto f32 = logits.options().dtype(at::kFloat);
-    return {at::empty({logits.size(0)}, f32), at::empty({logits.size(0)}, f32)};
+    return EmptyMaxSoftmaxPartials(logits);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_allocate_verify_budget(
     const at::Tensor &survival, const c10::optional<at::Tensor> &capacities, const c10::optional<at::Tensor> &budget,
     int64_t budget_value, int64_t max_budget) {
-    const int64_t b = survival.size(0), k = survival.size(1);
-    const auto i32 = survival.options().dtype(at::kInt);
-    return {at::empty({b}, i32), at::empty({b}, i32), at::empty({b + 1}, i32),
-            at::empty({std::min(max_budget, b * k)}, i32)};
+    return EmptyVerifyAllocation(survival, max_budget);
 }
 
 at::Tensor npu_verify_gated_delta_rule(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
@@ -45,7 +35,7 @@ at::Tensor npu_verify_gated_delta_rule(const at::Tensor &q, const at::Tensor &k,
                                        at::Tensor &state_pool, at::Tensor &rec_k, at::Tensor &rec_g,
                                        at::Tensor &rec_u, at::Tensor &bank, at::Tensor &num_recorded, double scale,
                                        bool use_qk_l2norm) {
-    return at::empty_like(v, at::MemoryFormat::Contiguous);
+    return EmptyLike(v);
 }
 
 void npu_flush_gated_delta_rule(const at::Tensor &state_indices, const at::Tensor &pending, at::Tensor &state_pool,
@@ -56,7 +46,7 @@ at::Tensor npu_verify_causal_conv1d(const at::Tensor &x, const at::Tensor &weigh
                                     const c10::optional<at::Tensor> &bias, const at::Tensor &cu_seqlens,
                                     at::Tensor &conv_state_pool, const at::Tensor &state_indices, at::Tensor &rec_x,
                                     at::Tensor &num_recorded, const at::Tensor &pending, bool silu) {
-    return at::empty_like(x, at::MemoryFormat::Contiguous);
+    return EmptyLike(x);
 }
 
 void npu_flush_conv_pending(at::Tensor &conv_state_pool, const at::Tensor &state_indices, const at::Tensor &rec_x,
