@@ -40,17 +40,10 @@ int Launch(uint32_t blockDim, void (*kernel)(Params...), Args... args) {
 }  // namespace AscendC
 
 // C entry points, defined once per kernel library (each library is one translation unit).
-extern "C" {
-inline void ascend_spec_hm_configure_impl(uint64_t ubBytes, int reverseBlocks) {
-    AscendC::host_model::State &s = AscendC::host_model::GetState();
-    s.ubBytes = ubBytes;
-    s.reverseBlocks = reverseBlocks != 0;
-}
-}
-
 #define ASCEND_SPEC_HOST_MODEL_RUNTIME                                                                       \
     extern "C" void ascend_spec_hm_configure(uint64_t ubBytes, int reverseBlocks) {                          \
-        ascend_spec_hm_configure_impl(ubBytes, reverseBlocks);                                               \
+        AscendC::host_model::GetState().ubBytes = ubBytes;                                                   \
+        AscendC::host_model::GetState().reverseBlocks = reverseBlocks != 0;                                  \
     }                                                                                                        \
     extern "C" void ascend_spec_hm_register_gm(void *ptr, uint64_t bytes) {                                  \
         auto begin = reinterpret_cast<uintptr_t>(ptr);                                                       \
