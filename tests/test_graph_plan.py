@@ -121,7 +121,7 @@ def test_cli_errors(capsys, tmp_path):
     data["target"]["points"][3]["cost"] = -1.0
     bad.write_text(json.dumps(data))
     assert cli.main(["plan", "--profile", str(bad)]) == 2
-    assert "target: costs[8] must not be negative" in capsys.readouterr().err
+    assert "target.points[3].cost (bucket 8) must not be negative" in capsys.readouterr().err
     curve = tmp_path / "curve.json"
     curve.write_text(
         json.dumps({"format": "ascend-spec/acceptance/v1", "drafter": "medusa", "acceptance": [0.5]})

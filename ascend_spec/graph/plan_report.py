@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from ascend_spec.graph.acceptance import AcceptanceCurve, load_curve
-from ascend_spec.graph.config_io import read_json
+from ascend_spec.graph.config_io import (
+    check_keys,
+    get_bool,
+    get_str,
+    get_str_list,
+    read_json,
+    require_object,
+)
 from ascend_spec.graph.controller import BudgetController
 from ascend_spec.graph.cost_profile import CostProfile
 
@@ -33,6 +40,8 @@ PLAN_PROFILE_FORMAT = "ascend-spec/plan-profile/v1"
 DEFAULT_PROFILE = "seed_ascend910b"
 DEFAULT_CURVE = "dspark_seed"
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_PLAN_PROFILE_KEYS = ("format", "label", "soc", "notes", "target", "drafters")
+_DRAFTER_KEYS = ("query", "sequential", "profile")
 QUERY_RULES = (
     "K",
     "K+1",
@@ -83,27 +92,38 @@ def _configs_path(value: str, sub: str) -> Path:
 
 
 def load_plan_profile(path: str | Path) -> PlanProfile:
+    """Read a plan profile strictly: JSON types as documented, unknown keys refused, errors name file and field."""
     path = Path(path)
-    data = read_json(path)
-    if not isinstance(data, Mapping) or data.get("format") != PLAN_PROFILE_FORMAT:
-        got = data.get("format") if isinstance(data, Mapping) else type(data).__name__
-        raise ValueError(f"{path}: format must be {PLAN_PROFILE_FORMAT!r}; got {got!r}")
+    data = require_object(str(path), read_json(path))
+    if data.get("format") != PLAN_PROFILE_FORMAT:
+        raise ValueError(f"{path}: format must be {PLAN_PROFILE_FORMAT!r}; got {data.get('format')!r}")
+    check_keys(str(path), data, _PLAN_PROFILE_KEYS)
+    where = str(path)
+    label = get_str(where, data, "label", path.stem)
+    get_str(where, data, "soc")  # informational; typed like every other field
+    notes = get_str_list(where, data, "notes")
     target = CostProfile.from_dict(data.get("target"), where=f"{path}: target")
+    cheapest = target.costs[target.buckets.smallest]
+    if not cheapest > 0:
+        raise ValueError(
+            f"{path}: target.points: the cost at {target.buckets.smallest} tokens must be > 0 ms (tokens/s "
+            f"divides by the target's step time); got {cheapest}"
+        )
     raw = data.get("drafters")
     if not isinstance(raw, Mapping) or not raw:
         raise ValueError(f"{path}: drafters must map drafter names to {{query, profile}}; got {raw!r}")
     drafters = {}
     for name, d in raw.items():
         where = f"{path}: drafters.{name}"
-        if not isinstance(d, Mapping):
-            raise ValueError(f"{where} must be an object; got {d!r}")
+        d = require_object(where, d)
+        check_keys(where, d, _DRAFTER_KEYS)
         query = d.get("query")
         if query not in QUERY_RULES:
             raise ValueError(f"{where}.query must be one of {QUERY_RULES}; got {query!r}")
+        sequential = get_bool(where, d, "sequential", query == "1")
         profile = CostProfile.from_dict(d.get("profile"), where=f"{where}.profile")
-        drafters[name] = Drafter(name, query, bool(d.get("sequential", query == "1")), profile)
-    notes = data.get("notes", [])
-    return PlanProfile(str(data.get("label", path.stem)), target, drafters, list(notes))
+        drafters[name] = Drafter(name, query, sequential, profile)
+    return PlanProfile(label or path.stem, target, drafters, notes)
 
 
 @dataclass
