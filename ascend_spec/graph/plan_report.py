@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import textwrap
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ascend_spec.cli_args import (
+    CommandError,
+    check_distinct_outputs,
+    check_plot_path,
+    int_at_least,
+    output_file,
+)
 from ascend_spec.graph.acceptance import AcceptanceCurve, load_curve
 from ascend_spec.graph.config_io import (
     check_keys,
@@ -273,18 +279,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CURVE.json",
         help=f"acceptance curve file or shipped name in configs/acceptance/ (default {DEFAULT_CURVE})",
     )
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(DEFAULT_BATCH_SIZES), metavar="B")
     parser.add_argument(
-        "--max-drafts", type=int, default=None, help="largest K (default: the curve's length)"
+        "--batch-sizes",
+        type=int_at_least(1),
+        nargs="+",
+        default=list(DEFAULT_BATCH_SIZES),
+        metavar="B",
     )
     parser.add_argument(
-        "--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON"
+        "--max-drafts", type=int_at_least(1), default=None, help="largest K (default: the curve's length)"
     )
     parser.add_argument(
-        "--plot", type=Path, default=None, metavar="PNG", help="also plot tokens/s (needs matplotlib)"
+        "--json", type=output_file, default=None, metavar="PATH", help="also write the results as JSON"
     )
     parser.add_argument(
-        "--explain", type=int, default=None, metavar="B", help="print the thresholds at batch B"
+        "--plot", type=output_file, default=None, metavar="PNG", help="also plot tokens/s (needs matplotlib)"
+    )
+    parser.add_argument(
+        "--explain", type=int_at_least(1), default=None, metavar="B", help="print the thresholds at batch B"
     )
 
 
@@ -296,32 +308,18 @@ def _origin_summary(profile: CostProfile) -> str:
     return ", ".join(f"{n} {origin}" for origin, n in counts.items())
 
 
-def _matplotlib_missing() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("matplotlib") is None
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.plot is not None and _matplotlib_missing():
-        print(
-            "ascend-spec plan: error: --plot needs matplotlib, which is not installed "
-            "(pip install matplotlib, or pip install 'ascend-spec[plot]')",
-            file=sys.stderr,
-        )
-        return 2
+    check_distinct_outputs(json=args.json, plot=args.plot)
+    if args.plot is not None:
+        check_plot_path(args.plot)
     try:
         profile_path = _configs_path(args.profile, "profiles")
         curve_path = _configs_path(args.acceptance, "acceptance")
-        for b in args.batch_sizes:
-            if b < 1:
-                raise ValueError(f"--batch-sizes must be positive; got {b}")
         profile = load_plan_profile(profile_path)
         curve = load_curve(curve_path)
         plans = evaluate(profile, curve, list(args.batch_sizes), args.max_drafts)
-    except ValueError as e:
-        print(f"ascend-spec plan: error: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError) as e:
+        raise CommandError(str(e)) from None
     print(f"profile: {profile.label} ({profile_path})")
     print(f"acceptance: {curve.label} ({curve_path})")
     drafter = profile.drafters[curve.drafter]
