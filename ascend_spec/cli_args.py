@@ -9,9 +9,10 @@ checked while the arguments are parsed, so a typo in a folder name fails before 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -84,3 +85,12 @@ def check_plot_path(path: Path) -> None:
             f"--plot {path}: the file name must end in an image format matplotlib writes "
             f"({', '.join('.' + f for f in sorted(formats))}); got {path.suffix or 'no suffix'!r}"
         )
+
+
+@contextlib.contextmanager
+def writing(flag: str, path: Path) -> Iterator[None]:
+    """Report a failed write (disk full, folder removed meanwhile) as a user error naming the flag and file."""
+    try:
+        yield
+    except OSError as e:
+        raise CommandError(f"{flag} {path}: cannot be written ({e.strerror or e})") from None

@@ -241,3 +241,63 @@ def test_device_bandwidth_figures() -> None:
     assert nominal_peak_gbs(2_619_000, 5120) == pytest.approx(3352.32)
     cpu = device_bandwidth(torch.device("cpu"))
     assert cpu.nominal_gbs is None and 0.1 < cpu.copy_gbs < 10_000
+
+
+def test_bad_checks_environment_is_reported_before_work(
+    capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    monkeypatch.setenv("ASCEND_SPEC_CHECKS", "yes")
+    _fails(["bench", "--device", "cpu"], capsys, "ASCEND_SPEC_CHECKS must be 0 or 1; got 'yes'")
+
+
+def test_a_failed_write_is_one_line_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch
+) -> None:
+    import ascend_spec.bench.runner as runner
+
+    def disk_full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runner, "write_json", disk_full)
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--quick", "--case", "verify_budget", "--json", str(out)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[bench]")]
+    assert err == [f"ascend-spec bench: error: --json {out}: cannot be written (No space left on device)"]
+
+
+def test_nominal_peak_from_cuda_device_properties(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from ascend_spec.bench import bandwidth
+
+    props = SimpleNamespace(name="NVIDIA H200", memory_clock_rate=3_201_000, memory_bus_width=6144)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    gbs, source = bandwidth._nominal(torch.device("cuda", 0))
+    assert gbs == pytest.approx(2 * 3.201e9 * 768 / 1e9)  # 4917 GB/s; the H200 datasheet says 4.8 TB/s
+    assert "NVIDIA H200" in source and "6144-bit" in source
+    assert bandwidth._nominal(torch.device("cpu")) == (None, None)
+    no_report = SimpleNamespace(name="x", memory_clock_rate=0, memory_bus_width=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: no_report)
+    assert bandwidth._nominal(torch.device("cuda", 0)) == (None, None)
+
+
+def test_plot_rows_with_a_nominal_peak(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from ascend_spec.bench.bandwidth import DeviceBandwidth
+    from ascend_spec.bench.core import BenchRow
+    from ascend_spec.bench.plot import plot_rows
+
+    rows = [
+        BenchRow("op_a", f"B={b}", "triton", "loop", 0.01 * b, 0.5 * b, {"bytes_moved": 4e7 * b})
+        for b in (1, 4)
+    ] + [BenchRow("op_b", "B=8", "triton", "host", 0.02, 0.01, {"host_syncs": 0})]
+    peak = DeviceBandwidth(
+        "cuda:0", 3900.0, 4917.0, "NVIDIA H200: 3201000 kHz memory clock x 6144-bit bus, DDR"
+    )
+    path = tmp_path / "chart.png"
+    plot_rows(rows, path, device=torch.device("cuda", 0), bandwidth=peak)
+    with Image.open(path) as image:
+        image.verify()
+    assert path.stat().st_size > 20_000

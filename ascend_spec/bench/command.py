@@ -11,13 +11,14 @@ import importlib.util
 
 import torch
 
-from ascend_spec.backend import BACKENDS, BackendUnavailableError, resolve_backend
+from ascend_spec.backend import BACKENDS, BackendUnavailableError, resolve_backend, value_checks_enabled
 from ascend_spec.cli_args import (
     CommandError,
     check_distinct_outputs,
     check_plot_path,
     int_at_least,
     output_file,
+    writing,
 )
 
 QUICK_WARMUP, QUICK_REPEATS = 1, 3
@@ -133,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     device = args.device if args.device is not None else best_device()
     try:
         resolve_backend(args.backend, device, op=f"--backend {args.backend}")
+        value_checks_enabled(device)  # a bad ASCEND_SPEC_CHECKS is reported here, not inside a case
     except (BackendUnavailableError, ValueError) as e:
         raise CommandError(str(e)) from None
     if args.threads is not None:
@@ -147,11 +149,13 @@ def run(args: argparse.Namespace) -> int:
     print(f"ascend-spec bench on {device} (torch {torch.__version__}, {torch.get_num_threads()} threads)")
     print(format_table(rows))
     if args.json is not None:
-        write_json(rows, ctx, args.json, bandwidth=bandwidth)
+        with writing("--json", args.json):
+            write_json(rows, ctx, args.json, bandwidth=bandwidth)
         print(f"wrote {args.json}")
     if args.plot is not None:
         from ascend_spec.bench.plot import plot_rows
 
-        plot_rows(rows, args.plot, device=device, bandwidth=bandwidth)
+        with writing("--plot", args.plot):
+            plot_rows(rows, args.plot, device=device, bandwidth=bandwidth)
         print(f"wrote {args.plot}")
     return 0

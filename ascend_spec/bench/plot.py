@@ -29,6 +29,10 @@ def achieved_gbs(row: BenchRow) -> float | None:
     return nbytes / (row.time_ms * 1e6) if row.time_ms > 0 else None
 
 
+def _gbs(value: float) -> str:
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def plot_rows(
     rows: Sequence[BenchRow], path: Path, *, device: torch.device, bandwidth: DeviceBandwidth | None
 ) -> None:
@@ -78,6 +82,9 @@ def plot_rows(
     lo = min(known + refs, default=1.0) / 4
     hi = max(known + refs, default=1.0) * 8
     ax_b.set_xlim(lo, hi)
+    ax_b.xaxis.set_major_locator(
+        ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0) if hi / lo < 1e3 else (1.0,))
+    )
     ax_b.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax_b.xaxis.set_minor_formatter(ticker.NullFormatter())
     for yi, g in zip(y, gbs):
@@ -92,7 +99,7 @@ def plot_rows(
                 color="gray",
             )
             continue
-        text = f"{g:.3g} GB/s" + (f" ({100 * g / peak:.2g}% of {peak_name})" if peak else "")
+        text = f"{_gbs(g)} GB/s" + (f" ({100 * g / peak:.2g}% of {peak_name})" if peak else "")
         ax_b.annotate(text, (g, yi), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     ax_b.set_xlabel("achieved bandwidth, (bytes read + written) / time, GB/s (log)")
     ax_b.set_title("achieved bandwidth against the device's peak", fontsize=10)
@@ -102,10 +109,10 @@ def plot_rows(
     if bandwidth is not None:
         if bandwidth.nominal_gbs:
             handles.append(ax_b.axvline(bandwidth.nominal_gbs, color="red", linewidth=1.5))
-            labels.append(f"nominal peak {bandwidth.nominal_gbs:.0f} GB/s ({bandwidth.nominal_source})")
+            labels.append(f"nominal peak {_gbs(bandwidth.nominal_gbs)} GB/s ({bandwidth.nominal_source})")
         handles.append(ax_b.axvline(bandwidth.copy_gbs, color="black", linestyle="--", linewidth=1.2))
         why = "" if bandwidth.nominal_gbs else f"; {device.type} reports no nominal peak"
-        labels.append(f"measured copy {bandwidth.copy_gbs:.3g} GB/s (read + write of a large buffer{why})")
+        labels.append(f"measured copy {_gbs(bandwidth.copy_gbs)} GB/s (read + write of a large buffer{why})")
     for ax in (ax_s, ax_b):
         ax.grid(axis="x", which="both", alpha=0.25)
     ncol = 3

@@ -29,6 +29,7 @@ from ascend_spec.cli_args import (
     check_plot_path,
     int_at_least,
     output_file,
+    writing,
 )
 from ascend_spec.graph.acceptance import AcceptanceCurve, load_curve
 from ascend_spec.graph.config_io import (
@@ -351,9 +352,11 @@ def run(args: argparse.Namespace) -> int:
             "acceptance": str(curve_path),
             "plans": [asdict(p) for p in plans],
         }
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
+        with writing("--json", args.json):
+            args.json.write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {args.json}")
     if args.plot:
-        plot(plans, args.plot, f"{profile.label} / {curve.label}")
+        with writing("--plot", args.plot):
+            plot(plans, args.plot, f"{profile.label} / {curve.label}")
         print(f"wrote {args.plot}")
     return 0
