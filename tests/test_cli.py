@@ -260,7 +260,7 @@ def test_a_failed_write_is_one_line_naming_the_file(
 
     monkeypatch.setattr(runner, "write_json", disk_full)
     out = tmp_path / "bench.json"
-    assert main(["bench", "--quick", "--case", "verify_budget", "--json", str(out)]) == 2
+    assert main(["bench", "--quick", "--case", CASE_NAMES[0], "--json", str(out)]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("[bench]")]
     assert err == [f"ascend-spec bench: error: --json {out}: cannot be written (No space left on device)"]
 
