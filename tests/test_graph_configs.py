@@ -242,6 +242,30 @@ def test_any_field_replaced_by_any_json_value_is_read_or_refused_with_a_value_er
     evaluate(profile, load_curve(SHIPPED_CURVE), [1, 64])  # accepted: it must also plan without crashing
 
 
+BASE_CURVE = json.loads((CONFIGS_DIR / "acceptance" / "dspark_seed_mixture.json").read_text())
+CURVE_PATHS = [p for p in _paths(BASE_CURVE) if p]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(CURVE_PATHS), JSON_VALUES)
+def test_any_curve_field_replaced_by_any_json_value_is_read_or_refused_with_a_value_error(
+    tmp_path, where, value
+):
+    data = copy.deepcopy(BASE_CURVE)
+    node = data
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    path = write(tmp_path, data)
+    try:
+        curve = load_curve(path)
+    except ValueError as e:
+        assert str(e).startswith(str(path))
+        return
+    k = curve.max_drafts
+    assert curve.survival_matrix(5, k).shape == (5, k) and len(curve.mean_survival()) == k
+
+
 # -- acceptance curves and bucket files ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "extra, match",
@@ -260,6 +284,9 @@ def test_bad_curve_fields(extra, match):
 
 def test_bad_curve_class_fields():
     base = {"format": "ascend-spec/acceptance/v1", "drafter": "d"}
+    huge = [{"weight": 1e308, "survival": [0.5]}, {"weight": 1e308, "survival": [0.4]}]
+    with pytest.raises(ValueError, match="class weights must have a finite sum"):
+        curve_from_dict({**base, "classes": huge})
     with pytest.raises(ValueError, match=r"classes\[0\]: unknown key\(s\) \['wieght'\]"):
         curve_from_dict({**base, "classes": [{"wieght": 1, "survival": [0.5]}]})
     with pytest.raises(ValueError, match=r"classes\[0\].name must be a string"):

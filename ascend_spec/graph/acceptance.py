@@ -127,6 +127,10 @@ def curve_from_dict(data: Any, *, where: str = "acceptance curve") -> Acceptance
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 or not math.isfinite(w):
                 raise ValueError(f"{at}.weight must be a positive number; got {w!r}")
             classes.append(RequestClass(float(w), _class_survival(at, c)))
+        if not math.isfinite(sum(c.weight for c in classes)):
+            raise ValueError(
+                f"{where}: the class weights must have a finite sum; got {[c.weight for c in classes]}"
+            )
     else:
         classes = [RequestClass(1.0, _class_survival(where, data))]
     return AcceptanceCurve(drafter, label, tuple(classes))
