@@ -13,7 +13,7 @@ from ascend_spec.graph import BudgetController, CostProfile, GraphBuckets
 from ascend_spec.graph import buckets as buckets_module
 from ascend_spec.graph.acceptance import curve_from_dict, load_curve
 from ascend_spec.graph.config_io import read_json
-from ascend_spec.graph.plan_report import evaluate, load_plan_profile
+from ascend_spec.graph.plan_report import check_dominance, evaluate, format_table, load_plan_profile
 from ascend_spec.paths import CONFIGS_DIR
 
 SHIPPED_PROFILE = CONFIGS_DIR / "profiles" / "seed_ascend910b.json"
@@ -239,7 +239,22 @@ def test_any_field_replaced_by_any_json_value_is_read_or_refused_with_a_value_er
     except ValueError as e:
         assert str(e).startswith(str(path))  # the message names the file
         return
-    evaluate(profile, load_curve(SHIPPED_CURVE), [1, 64])  # accepted: it must also plan without crashing
+    plans = evaluate(profile, load_curve(SHIPPED_CURVE), [1, 64])  # accepted: it must also plan and print
+    assert format_table(plans) and check_dominance(plans) == []
+
+
+def test_costs_so_large_that_tokens_per_second_underflows_still_print(tmp_path):
+    data = shipped_profile()
+    for d in (data["target"], *(d["profile"] for d in data["drafters"].values())):
+        for p in d["points"]:
+            p["cost"] = 1e308
+        d.pop("eager", None)
+    profile = load_plan_profile(write(tmp_path, data))
+    plans = evaluate(profile, load_curve(CONFIGS_DIR / "acceptance" / "dspark_seed.json"), [8])
+    assert plans[0].fixed[1].tokens_per_s == 0.0  # 1e308 + 1e308 ms overflows to inf
+    assert "n/a" in format_table(plans)
+    with pytest.raises(ValueError, match="scaling the draft costs by 2.0 overflows"):
+        evaluate(profile, load_curve(SHIPPED_CURVE), [8])  # EAGLE-3: K sequential passes, K x 1e308 ms
 
 
 BASE_CURVE = json.loads((CONFIGS_DIR / "acceptance" / "dspark_seed_mixture.json").read_text())

@@ -167,8 +167,13 @@ class CostProfile:
     def scaled(self, factor: float) -> CostProfile:
         """The same profile with every cost multiplied by ``factor`` (what-if studies, tests)."""
         f = _check_cost("factor", factor)
+        costs = {s: c * f for s, c in self._costs.items()}
+        if not all(math.isfinite(c) for c in costs.values()):
+            raise ValueError(
+                f"scaling the {self.part or 'profile'} costs by {f} overflows (largest {max(self._costs.values())} ms)"
+            )
         return CostProfile(
-            {s: c * f for s, c in self._costs.items()},
+            costs,
             part=self.part,
             unit=self.unit,
             origins=self.origins,

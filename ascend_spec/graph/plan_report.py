@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import textwrap
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -219,6 +220,11 @@ def check_dominance(plans: list[BatchPlan], *, rel_tol: float = 1e-9) -> list[st
     return bad
 
 
+def _ratio(num: float, den: float, digits: int) -> str:
+    """``num / den`` as ``1.23x``; n/a when the denominator is 0 (costs so large that tokens/s underflows)."""
+    return f"{num / den:.{digits}f}x" if den > 0 and math.isfinite(den) else "n/a"
+
+
 def format_table(plans: list[BatchPlan]) -> str:
     def cell(c: Cell) -> str:
         return f"{c.tokens_per_s:.0f}{'*' if c.eager else ''}"
@@ -232,9 +238,9 @@ def format_table(plans: list[BatchPlan]) -> str:
         ["  depth/T"] + [f"{p.dynamic.detail['depth']}/{p.dynamic.detail['total_budget']}" for p in plans]
     )
     rows.append(["  best fixed K"] + [str(p.best_fixed[0]) for p in plans])
-    rows.append(["  dyn/plain"] + [f"{p.dynamic.tokens_per_s / p.plain.tokens_per_s:.2f}x" for p in plans])
+    rows.append(["  dyn/plain"] + [_ratio(p.dynamic.tokens_per_s, p.plain.tokens_per_s, 2) for p in plans])
     rows.append(
-        ["  dyn/best K"] + [f"{p.dynamic.tokens_per_s / p.best_fixed[1].tokens_per_s:.3f}x" for p in plans]
+        ["  dyn/best K"] + [_ratio(p.dynamic.tokens_per_s, p.best_fixed[1].tokens_per_s, 3) for p in plans]
     )
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = [
