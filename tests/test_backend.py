@@ -110,8 +110,8 @@ def test_value_checks_env(monkeypatch) -> None:
 
 def test_ops_route_through_the_resolved_backend(monkeypatch) -> None:
     """prepare_block_slots follows ASCEND_SPEC_BACKEND, and an explicit unavailable backend raises."""
-    import ascend_spec.ops._triton_block_slots as tri
     from ascend_spec.ops import prepare_block_slots
+    from ascend_spec.ops.prepare_block_slots import triton as tri
 
     calls = []
     real = tri.prepare_block_slots_triton

@@ -17,7 +17,7 @@ from ascend_spec.cli import main
 
 def test_bench_writes_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
-    assert main(["bench", "--quick", "--case", "block_slots", "--json", str(out)]) == 0
+    assert main(["bench", "--quick", "--case", "prepare_block_slots", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "prepare_block_slots" in printed and "speedup" in printed
     payload = json.loads(out.read_text())

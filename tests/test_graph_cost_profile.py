@@ -192,7 +192,7 @@ def test_measure_bad_arguments():
 
 
 def test_shipped_seed_profile_is_labelled():
-    data = json.loads((CONFIGS_DIR / "profiles" / "seed_ascend910b.json").read_text())
+    data = json.loads((CONFIGS_DIR / "profiles" / "talk_ascend910b.json").read_text())
     target = CostProfile.from_dict(data["target"])
     assert target.cost(256 * 6) == 230.0 and target.origins[1536] == "seed"  # BS=256, 5 candidates
     assert target.cost(256 * 10) == 330.0 and target.origins[2560] == "seed"  # BS=256, 9 candidates

@@ -1,6 +1,6 @@
 """The deferred-commit protocol shared by the GDN and conv layers: argument checks both ops run the same way.
 
-Both :mod:`ascend_spec.gdn.delta_rule` and :mod:`ascend_spec.gdn.conv1d` take per call ``state_indices [B]``
+Both :mod:`ascend_spec.gdn.verify_gated_delta_rule` and :mod:`ascend_spec.gdn.verify_causal_conv1d` take per call ``state_indices [B]``
 (-1 = padding row) and ``pending [B]`` int32 (tokens of the slot's last verify call to commit now), and keep
 ``num_recorded [S]`` per state slot. The checks below are the parts of that contract the two ops state
 identically (one place, one error text); what differs between them (record layouts, the cu_seqlens capacity

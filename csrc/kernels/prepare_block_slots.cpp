@@ -1,5 +1,5 @@
 // prepare_block_slots: input ids, rope positions and paged-cache slots of B x Q block-drafter query tokens (plus
-// the context tokens injected into the drafter cache) in one launch. Semantics: ascend_spec/ops/block_slots.py.
+// the context tokens injected into the drafter cache) in one launch. Semantics: ascend_spec/ops/prepare_block_slots/__init__.py.
 //
 // Work split: vector core c owns padded requests [c * reqsPerCore, (c + 1) * reqsPerCore); every output range a
 // core writes is contiguous and disjoint from the other cores' ranges. Values are computed by the scalar unit into

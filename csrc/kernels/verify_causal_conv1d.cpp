@@ -1,6 +1,6 @@
 // verify_causal_conv1d: commit each row's pending tokens into its conv state slot, then run the depthwise causal
 // conv over this call's tokens and record them for the next commit. Also the flush of the conv records.
-// Semantics: ascend_spec/gdn/conv1d.py (the reference is the oracle); design: docs/gdn.md.
+// Semantics: ascend_spec/gdn/verify_causal_conv1d/__init__.py (the reference is the oracle); design: docs/verify_gated_delta_rule.md.
 //
 // Work split: a unit is (channel tile, row); vector core c owns units [c * unitsPerCore, (c + 1) * unitsPerCore),
 // tile-major so consecutive units reuse the tile's weights. A unit owns the channel slice of BOTH its slot's conv

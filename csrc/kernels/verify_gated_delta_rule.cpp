@@ -1,7 +1,7 @@
 // verify_gated_delta_rule: commit each row's pending tokens into its GDN state slot by replaying the records of its
 // previous call, write the committed state once, then run the gated delta rule over this call's tokens and record
 // them (k, g into the other bank, u). Also the flush of the GDN records (mode 1: replay and store, no tokens).
-// Semantics: ascend_spec/gdn/delta_rule.py (the reference is the oracle); design: docs/gdn.md.
+// Semantics: ascend_spec/gdn/verify_gated_delta_rule/__init__.py (the reference is the oracle); design: docs/verify_gated_delta_rule.md.
 //
 // Work split: a unit is (row, value head hv, value tile); vector core c owns units [c * unitsPerCore, ...). A unit
 // keeps the state tile S[slot, hv, :, v0:v0+tileV] ([Dk, tileV] fp32, 64 KiB at 128 x 128) in the Unified Buffer

@@ -180,7 +180,7 @@ def test_ascendc_ub_estimate_matches_the_kernel_tiling() -> None:
     import ctypes
 
     from ascend_spec.ascendc import host_model
-    from ascend_spec.ops._ascendc_verify_budget import KERNEL, ub_bytes_needed
+    from ascend_spec.ops.allocate_verify_budget.ascendc import KERNEL, ub_bytes_needed
 
     fn = host_model.load_kernel(KERNEL).allocate_verify_budget_ub_bytes
     fn.restype = ctypes.c_int64

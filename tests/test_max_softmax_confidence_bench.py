@@ -18,12 +18,12 @@ def _ctx(backend: str) -> BenchContext:
 
 
 def test_registered() -> None:
-    assert "confidence" in CASE_MODULES and "verify_budget" in CASE_MODULES
+    assert "max_softmax_confidence" in CASE_MODULES and "allocate_verify_budget" in CASE_MODULES
 
 
 @pytest.mark.parametrize("backend", ["reference", "triton", "ascendc"])
 def test_confidence_case_quick(backend: str) -> None:
-    from ascend_spec.bench.cases import confidence as case
+    from ascend_spec.bench.cases import max_softmax_confidence as case
 
     rows = case.run(_ctx(backend))
     assert [r.case for r in rows] == ["N=16 V=2048 float32", "N=16 V=2048 bfloat16"]
@@ -40,7 +40,7 @@ def test_confidence_case_quick(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", ["reference", "triton", "ascendc"])
 def test_verify_budget_case_quick(backend: str) -> None:
-    from ascend_spec.bench.cases import verify_budget as case
+    from ascend_spec.bench.cases import allocate_verify_budget as case
 
     (row,) = case.run(_ctx(backend))
     assert row.case == "B=8 K=4 T=8" and row.impl == backend
@@ -50,7 +50,19 @@ def test_verify_budget_case_quick(backend: str) -> None:
 def test_cli_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
     assert (
-        main(["bench", "--quick", "--case", "confidence", "--case", "verify_budget", "--json", str(out)]) == 0
+        main(
+            [
+                "bench",
+                "--quick",
+                "--case",
+                "max_softmax_confidence",
+                "--case",
+                "allocate_verify_budget",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
     )
     ops = [r["op"] for r in json.loads(out.read_text())["rows"]]
     assert ops == ["max_softmax_confidence", "max_softmax_confidence", "allocate_verify_budget"]

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ascend_spec.backend import resolve_backend
 from ascend_spec.bench.core import BenchContext, BenchRow
-from ascend_spec.gdn.conv1d import allocate_conv_records, verify_causal_conv1d
+from ascend_spec.gdn.verify_causal_conv1d import allocate_conv_records, verify_causal_conv1d
 
 K = 15
 W = 4
@@ -106,7 +106,7 @@ def run(ctx: BenchContext) -> list[BenchRow]:
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
         if not torch.equal(ref_inp["conv_state_pool"], base_inp["conv_state_pool"]):
             raise AssertionError(
-                f"gdn_conv1d bench: op and loop baseline committed different states at B={b}"
+                f"verify_causal_conv1d bench: op and loop baseline committed different states at B={b}"
             )
 
         def op(inp=inp) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ascend_spec.ops.block_slots import BlockSlots, context_start_loc_and_total, empty_block_slots
+from ascend_spec.ops.prepare_block_slots import BlockSlots, context_start_loc_and_total, empty_block_slots
 
 _BLOCK_C = 64
 

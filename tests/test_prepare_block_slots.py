@@ -388,7 +388,7 @@ def test_bad_arguments_always_raise(over: dict, match: str, monkeypatch) -> None
 @pytest.mark.parametrize("backend", ["reference", "triton"])
 def test_bench_case_quick(backend: str) -> None:
     """The bench case runs (it asserts the op equals its per-request loop baseline) and reports bytes."""
-    from ascend_spec.bench.cases import block_slots as case
+    from ascend_spec.bench.cases import prepare_block_slots as case
     from ascend_spec.bench.core import BenchContext
 
     rows = case.run(

@@ -16,7 +16,11 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_spec.gdn.conv1d import allocate_conv_records, flush_conv_pending, verify_causal_conv1d
+from ascend_spec.gdn.verify_causal_conv1d import (
+    allocate_conv_records,
+    flush_conv_pending,
+    verify_causal_conv1d,
+)
 
 BACKENDS = ["reference", "triton", "ascendc"]
 

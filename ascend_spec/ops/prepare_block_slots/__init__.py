@@ -160,10 +160,10 @@ def prepare_block_slots(
     if which == "reference":
         return block_slots_reference(**kwargs)
     if which == "triton":
-        from ascend_spec.ops._triton_block_slots import prepare_block_slots_triton
+        from ascend_spec.ops.prepare_block_slots.triton import prepare_block_slots_triton
 
         return prepare_block_slots_triton(**kwargs)
-    from ascend_spec.ops._ascendc_block_slots import prepare_block_slots_ascendc
+    from ascend_spec.ops.prepare_block_slots.ascendc import prepare_block_slots_ascendc
 
     return prepare_block_slots_ascendc(**kwargs)
 

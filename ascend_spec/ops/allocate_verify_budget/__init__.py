@@ -104,10 +104,10 @@ def allocate_verify_budget(
     if which == "reference":
         return allocate_verify_budget_reference(survival, total_budget, capacities, max_budget)
     if which == "triton":
-        from ascend_spec.ops._triton_verify_budget import allocate_verify_budget_triton
+        from ascend_spec.ops.allocate_verify_budget.triton import allocate_verify_budget_triton
 
         return allocate_verify_budget_triton(survival, total_budget, capacities, max_budget)
-    from ascend_spec.ops._ascendc_verify_budget import allocate_verify_budget_ascendc
+    from ascend_spec.ops.allocate_verify_budget.ascendc import allocate_verify_budget_ascendc
 
     return allocate_verify_budget_ascendc(survival, total_budget, capacities, max_budget)
 

@@ -102,7 +102,7 @@ def verify_ascendc(
     scale: float,
     use_qk_l2norm: bool,
 ) -> torch.Tensor:
-    """Arguments are validated by :func:`ascend_spec.gdn.delta_rule.verify_gated_delta_rule`."""
+    """Arguments are validated by :func:`ascend_spec.gdn.verify_gated_delta_rule.verify_gated_delta_rule`."""
     g32, beta32 = g.to(torch.float32).contiguous(), beta.to(torch.float32).contiguous()
     cu32, idx32, pend32 = _i32(cu_seqlens), _i32(state_indices), _i32(pending)
     rec = (records.k, records.g, records.u, records.bank, records.num_recorded)
@@ -126,7 +126,7 @@ def verify_ascendc(
 def flush_ascendc(
     pool: torch.Tensor, state_indices: torch.Tensor, records: GDNRecords, pending: torch.Tensor
 ) -> None:
-    """Arguments are validated by :func:`ascend_spec.gdn.delta_rule.flush_pending` (which zeroes pending)."""
+    """Arguments are validated by :func:`ascend_spec.gdn.verify_gated_delta_rule.flush_pending` (which zeroes pending)."""
     idx32, pend32 = _i32(state_indices), _i32(pending)
     if pool.device.type == "npu":  # pragma: no cover - needs CANN and an NPU
         rec = (records.k, records.g, records.u, records.bank, records.num_recorded)

@@ -13,7 +13,7 @@ from ascend_spec.ops import (
     merge_max_softmax_partials,
     survival_probs,
 )
-from ascend_spec.ops.confidence import REFERENCE_CHUNK_ELEMS
+from ascend_spec.ops.max_softmax_confidence import REFERENCE_CHUNK_ELEMS
 
 BACKENDS = ["reference", "triton", "ascendc"]
 INF = float("inf")

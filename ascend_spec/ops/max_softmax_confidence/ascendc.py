@@ -2,7 +2,7 @@
 
 Kernel: ``csrc/kernels/max_softmax_confidence.cpp`` (one pass per row, per-tile max/sum combined at the row's
 end). NPU binding: ``torch.ops._C_ascend_spec.npu_max_softmax_partials`` (logits, inv_temperature) ->
-(row_max, row_sumexp); see docs/confidence.md for the binding text.
+(row_max, row_sumexp); see docs/max_softmax_confidence.md for the binding text.
 
 The kernel reads rows whose vocabulary axis is contiguous, with any row stride. Logits with a strided vocabulary
 axis are passed through in row chunks made contiguous one at a time, so the temporary stays bounded by the
@@ -18,7 +18,7 @@ import torch
 from ascend_spec.ascendc import host_model
 from ascend_spec.ascendc.host_model import DTYPE_CODES
 from ascend_spec.backend import BackendUnavailableError
-from ascend_spec.ops.confidence import REFERENCE_CHUNK_ELEMS
+from ascend_spec.ops.max_softmax_confidence import REFERENCE_CHUNK_ELEMS
 
 
 def _npu_partials(

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from ascend_spec.bench.cases import CASE_MODULES
-from ascend_spec.bench.cases import gdn_conv1d as case
+from ascend_spec.bench.cases import verify_causal_conv1d as case
 from ascend_spec.bench.core import BenchContext
 from ascend_spec.cli import main
 
 
 def test_registered() -> None:
-    assert "gdn_conv1d" in CASE_MODULES
+    assert "verify_causal_conv1d" in CASE_MODULES
 
 
 @pytest.mark.parametrize("backend", ["reference", "triton", "ascendc"])
@@ -45,6 +45,6 @@ def test_traffic_model_counts_one_state_read_and_at_most_one_write_per_row() -> 
 
 def test_cli_quick(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    assert main(["bench", "--quick", "--case", "gdn_conv1d", "--json", str(out)]) == 0
+    assert main(["bench", "--quick", "--case", "verify_causal_conv1d", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["op"] for r in rows] == ["verify_causal_conv1d"] * 2

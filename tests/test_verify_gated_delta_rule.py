@@ -305,7 +305,7 @@ def test_records_nbytes_and_layout():
 @pytest.mark.parametrize("reverse,soc", [(True, "ascend910b3"), (False, "ascend910_9391")])
 def test_ascendc_block_order_and_socs(reverse, soc, monkeypatch):
     """Host model: blocks run last-to-first / other core counts; records are owned, so results do not change."""
-    from ascend_spec.gdn import _ascendc_delta_rule as mod
+    from ascend_spec.gdn.verify_gated_delta_rule import ascendc as mod
 
     monkeypatch.setattr(mod, "REVERSE_BLOCKS", reverse)
     monkeypatch.setattr(mod, "SOC", soc)
@@ -319,7 +319,7 @@ def test_ascendc_block_order_and_socs(reverse, soc, monkeypatch):
 
 def test_ascendc_full_size_head_in_unified_buffer():
     """A 128 x 128 fp32 head (64 KiB) per unit: the kernel's tiling fits the 192 KiB UB and matches the reference."""
-    from ascend_spec.gdn import _ascendc_delta_rule as mod
+    from ascend_spec.gdn.verify_gated_delta_rule import ascendc as mod
 
     for dtype in (torch.float32, torch.bfloat16):
         tiling = mod.tiling(256, 16, 32, 128, 128, dtype)
@@ -344,14 +344,14 @@ def test_ascendc_full_size_head_in_unified_buffer():
 
 
 def test_bench_case_quick(capsys):
-    """`ascend-spec bench --quick --case gdn` runs (op and loop baseline agree) and reports the traffic model."""
+    """`ascend-spec bench --quick --case verify_gated_delta_rule` runs (op and loop baseline agree) and reports the traffic model."""
     from ascend_spec.cli import main
 
-    assert main(["bench", "--quick", "--case", "gdn"]) == 0
+    assert main(["bench", "--quick", "--case", "verify_gated_delta_rule"]) == 0
     out = capsys.readouterr().out
     assert "verify_gated_delta_rule" in out and "per-request loop" in out and "memory_ratio" in out
 
-    from ascend_spec.bench.cases import gdn as case
+    from ascend_spec.bench.cases import verify_gated_delta_rule as case
     from ascend_spec.bench.core import BenchContext
 
     rows = case.run(BenchContext(device=torch.device("cpu"), warmup=0, repeats=1, quick=True))

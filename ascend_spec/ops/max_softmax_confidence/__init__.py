@@ -111,10 +111,10 @@ def _partials(
     if which == "reference":
         return max_softmax_partials_reference(logits, temperature)
     if which == "triton":
-        from ascend_spec.ops._triton_confidence import max_softmax_partials_triton
+        from ascend_spec.ops.max_softmax_confidence.triton import max_softmax_partials_triton
 
         return max_softmax_partials_triton(logits, temperature)
-    from ascend_spec.ops._ascendc_confidence import max_softmax_partials_ascendc
+    from ascend_spec.ops.max_softmax_confidence.ascendc import max_softmax_partials_ascendc
 
     return max_softmax_partials_ascendc(logits, temperature)
 

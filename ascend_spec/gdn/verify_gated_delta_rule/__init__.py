@@ -12,7 +12,7 @@ continues. Per step that is one state read and one state write (none when nothin
 ``O(tokens x (H Dk + HV Dv))`` record bytes, instead of the ``1 + K`` state slots and ``K + 1`` state writes of a
 per-draft-slot layout. :func:`flush_pending` commits without new tokens (preemption, finish, prefix caching).
 
-Protocol (shared with :mod:`ascend_spec.gdn.conv1d`; docs/gdn.md):
+Protocol (shared with :mod:`ascend_spec.gdn.verify_causal_conv1d`; docs/verify_gated_delta_rule.md):
 
 * ``records`` are keyed by state slot; ``pending`` is int32 ``[B]`` aligned with this call's rows, 0 = nothing
   pending (after a prefill or a flush). Verify never modifies ``pending``; the caller owns it and one tensor
@@ -169,11 +169,11 @@ def verify_gated_delta_rule(
     which = resolve_backend(backend, device, op="verify_gated_delta_rule")
     args = (q, k, v, g, beta, cu_seqlens, pool, state_indices, records, pending, float(scale), use_qk_l2norm)
     if which == "triton":
-        from ascend_spec.gdn._triton_delta_rule import verify_triton
+        from ascend_spec.gdn.verify_gated_delta_rule.triton import verify_triton
 
         return verify_triton(*args)
     if which == "ascendc":
-        from ascend_spec.gdn._ascendc_delta_rule import verify_ascendc
+        from ascend_spec.gdn.verify_gated_delta_rule.ascendc import verify_ascendc
 
         return verify_ascendc(*args)
     return _verify_reference(*args)
@@ -194,10 +194,10 @@ def flush_pending(
     ``num_recorded = 0``, so the same records can never be committed twice. ``pending`` is zeroed unless
     ``reset_pending=False``: a model flushes each GDN (and conv) layer with the shared ``pending`` and
     ``reset_pending=False``, then zeroes ``pending`` once. Conv records (:class:`ConvRecords`) are forwarded to
-    :func:`ascend_spec.gdn.conv1d.flush_conv_pending`, so one call serves both kinds of layer.
+    :func:`ascend_spec.gdn.verify_causal_conv1d.flush_conv_pending`, so one call serves both kinds of layer.
     """
     if not isinstance(records, GDNRecords):
-        from ascend_spec.gdn.conv1d import ConvRecords, flush_conv_pending
+        from ascend_spec.gdn.verify_causal_conv1d import ConvRecords, flush_conv_pending
 
         if isinstance(records, ConvRecords):
             flush_conv_pending(
@@ -213,11 +213,11 @@ def flush_pending(
         _check_row_values(state_indices, pending, records, torch.ones_like(pending, dtype=torch.bool))
     which = resolve_backend(backend, device, op="flush_pending")
     if which == "triton":
-        from ascend_spec.gdn._triton_delta_rule import flush_triton
+        from ascend_spec.gdn.verify_gated_delta_rule.triton import flush_triton
 
         flush_triton(pool, state_indices, records, pending)
     elif which == "ascendc":
-        from ascend_spec.gdn._ascendc_delta_rule import flush_ascendc
+        from ascend_spec.gdn.verify_gated_delta_rule.ascendc import flush_ascendc
 
         flush_ascendc(pool, state_indices, records, pending)
     else:

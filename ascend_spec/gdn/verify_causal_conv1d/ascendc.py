@@ -108,7 +108,7 @@ def verify_conv1d_ascendc(
     pending: torch.Tensor,
     silu: bool,
 ) -> torch.Tensor:
-    """Arguments are validated by :func:`ascend_spec.gdn.conv1d.verify_causal_conv1d`."""
+    """Arguments are validated by :func:`ascend_spec.gdn.verify_causal_conv1d.verify_causal_conv1d`."""
     num_tokens, channels = x.shape
     width = weight.shape[1]
     weight_t = weight.t().to(torch.float32).contiguous()
@@ -131,7 +131,7 @@ def verify_conv1d_ascendc(
 def flush_conv_ascendc(
     pool: torch.Tensor, state_indices: torch.Tensor, records, pending: torch.Tensor, reset_pending: bool
 ) -> None:
-    """Arguments are validated by :func:`ascend_spec.gdn.conv1d.flush_conv_pending`."""
+    """Arguments are validated by :func:`ascend_spec.gdn.verify_causal_conv1d.flush_conv_pending`."""
     if pool.device.type == "npu":  # pragma: no cover - needs CANN and an NPU
         op = getattr(torch.ops._C_ascend_spec, "npu_flush_conv_pending", None)
         if op is None:

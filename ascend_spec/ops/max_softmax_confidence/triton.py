@@ -1,6 +1,6 @@
 """Triton kernel for max-softmax partials: one pass over [N, V] logits with a running (max, sum) per row.
 
-Imported lazily from :mod:`ascend_spec.ops.confidence` (``TRITON_INTERPRET`` is read when ``@triton.jit`` runs).
+Imported lazily from :mod:`ascend_spec.ops.max_softmax_confidence` (``TRITON_INTERPRET`` is read when ``@triton.jit`` runs).
 Each program owns BLOCK_N rows and walks the vocabulary in BLOCK_V tiles: per tile one max reduction, one exp per
 element, and a rescale of the running sum by ``exp((m_old - m_new) / T)``. Logits are loaded in their own dtype
 and upcast to fp32 in registers; nothing of size N x V is written.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ascend_spec.gdn.conv1d import (
+from ascend_spec.gdn.verify_causal_conv1d import (
     ConvRecords,
     allocate_conv_records,
     flush_conv_pending,

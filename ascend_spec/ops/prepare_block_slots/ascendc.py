@@ -12,7 +12,7 @@ import ctypes
 import torch
 
 from ascend_spec.ascendc import host_model
-from ascend_spec.ops.block_slots import BlockSlots, context_start_loc_and_total, empty_block_slots
+from ascend_spec.ops.prepare_block_slots import BlockSlots, context_start_loc_and_total, empty_block_slots
 
 
 def prepare_block_slots_ascendc(

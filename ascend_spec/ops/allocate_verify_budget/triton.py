@@ -1,6 +1,6 @@
 """Triton kernel for verify-budget allocation: threshold search instead of a global sort, one launch, no host read.
 
-Imported lazily from :mod:`ascend_spec.ops.verify_budget`. One program walks the [B, K] slots in [BLOCK_B, BLOCK_K]
+Imported lazily from :mod:`ascend_spec.ops.allocate_verify_budget`. One program walks the [B, K] slots in [BLOCK_B, BLOCK_K]
 tiles (B*K is small: 256 x 16 = 4096 slots in the seed's batch):
 
 1. key pass: survival -> fp32, NaN -> 0, clamp to [0, 1], running minimum along K (``tl.associative_scan``),
@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ascend_spec.ops.verify_budget import VerifyAllocation, index_length
+from ascend_spec.ops.allocate_verify_budget import VerifyAllocation, index_length
 
 ONE_BITS: tl.constexpr = tl.constexpr(0x3F800000)  # bit pattern of 1.0f, the largest key
 

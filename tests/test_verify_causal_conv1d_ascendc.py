@@ -7,8 +7,12 @@ import pytest
 import torch
 
 from ascend_spec.ascendc import host_model
-from ascend_spec.gdn import _ascendc_conv1d
-from ascend_spec.gdn.conv1d import allocate_conv_records, flush_conv_pending, verify_causal_conv1d
+from ascend_spec.gdn.verify_causal_conv1d import (
+    allocate_conv_records,
+    flush_conv_pending,
+    verify_causal_conv1d,
+)
+from ascend_spec.gdn.verify_causal_conv1d import ascendc as _ascendc_conv1d
 
 
 def run_pair(*, channels, width, dtype, rec_dtype, rows_per_step, seed=0):

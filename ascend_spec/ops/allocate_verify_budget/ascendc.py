@@ -2,7 +2,7 @@
 
 Kernel: ``csrc/kernels/allocate_verify_budget.cpp`` (one vector core: keys in UB, 32-step threshold bisection
 with CompareScalar/Select/ReduceSum, scalar admission pass). NPU binding:
-``torch.ops._C_ascend_spec.npu_allocate_verify_budget`` (see docs/confidence.md for its text). The whole batch
+``torch.ops._C_ascend_spec.npu_allocate_verify_budget`` (see docs/max_softmax_confidence.md for its text). The whole batch
 must fit one core's Unified Buffer (about 8K slots, e.g. B = 512 at K = 16); a larger batch raises ValueError
 naming survival.
 """
@@ -15,7 +15,7 @@ import torch
 
 from ascend_spec.ascendc import host_model
 from ascend_spec.backend import BackendUnavailableError
-from ascend_spec.ops.verify_budget import VerifyAllocation, index_length
+from ascend_spec.ops.allocate_verify_budget import VerifyAllocation, index_length
 
 KERNEL = "allocate_verify_budget"
 

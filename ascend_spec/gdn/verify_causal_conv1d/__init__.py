@@ -8,7 +8,7 @@ accepted tokens, and the next verify call (or :func:`flush_conv_pending`) commit
 last ``W-1`` entries of ``(pool state ++ recorded x[:pending])``, a pure copy, so the commit is exact in every
 dtype.
 
-Protocol (shared with :mod:`ascend_spec.gdn` recurrence, see docs/gdn.md):
+Protocol (shared with :mod:`ascend_spec.gdn` recurrence, see docs/verify_gated_delta_rule.md):
 
 * ``records`` are keyed by state slot, so batch order may change from step to step.
 * ``pending`` is int32 ``[B]`` aligned with this call's ``state_indices``; 0 = nothing pending. Verify never
@@ -242,11 +242,11 @@ def verify_causal_conv1d(
     silu = activation is not None
     which = resolve_backend(backend, device, op="verify_causal_conv1d")
     if which == "triton":
-        from ascend_spec.gdn._triton_conv1d import verify_conv1d_triton
+        from ascend_spec.gdn.verify_causal_conv1d.triton import verify_conv1d_triton
 
         return verify_conv1d_triton(x, weight, bias, cu_seqlens, pool, state_indices, records, pending, silu)
     if which == "ascendc":
-        from ascend_spec.gdn._ascendc_conv1d import verify_conv1d_ascendc
+        from ascend_spec.gdn.verify_causal_conv1d.ascendc import verify_conv1d_ascendc
 
         return verify_conv1d_ascendc(x, weight, bias, cu_seqlens, pool, state_indices, records, pending, silu)
     return _verify_reference(x, weight, bias, cu_seqlens, pool, state_indices, records, pending, silu)
@@ -276,11 +276,11 @@ def flush_conv_pending(
         _check_row_values(state_indices, pending, records, torch.ones_like(pending, dtype=torch.bool))
     which = resolve_backend(backend, device, op="flush_conv_pending")
     if which == "triton":
-        from ascend_spec.gdn._triton_conv1d import flush_conv_triton
+        from ascend_spec.gdn.verify_causal_conv1d.triton import flush_conv_triton
 
         flush_conv_triton(pool, state_indices, records, pending, reset_pending)
     elif which == "ascendc":
-        from ascend_spec.gdn._ascendc_conv1d import flush_conv_ascendc
+        from ascend_spec.gdn.verify_causal_conv1d.ascendc import flush_conv_ascendc
 
         flush_conv_ascendc(pool, state_indices, records, pending, reset_pending)
     else:
