@@ -114,8 +114,8 @@ def test_ops_route_through_the_resolved_backend(monkeypatch) -> None:
     from ascend_spec.ops.prepare_block_slots import triton as tri
 
     calls = []
-    real = tri.prepare_block_slots_triton
-    monkeypatch.setattr(tri, "prepare_block_slots_triton", lambda **kw: calls.append(kw) or real(**kw))
+    real = tri.prepare_block_slots
+    monkeypatch.setattr(tri, "prepare_block_slots", lambda args, out: calls.append(args) or real(args, out))
     args = (torch.tensor([1]), torch.tensor([0]), torch.tensor([[0]], dtype=torch.int32))
     kw = dict(block_size=4, num_query_tokens=2, mask_token_id=0)
     prepare_block_slots(*args, **kw)

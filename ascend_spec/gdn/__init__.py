@@ -8,7 +8,8 @@ from ascend_spec.gdn.verify_causal_conv1d import (
     flush_conv_pending,
     verify_causal_conv1d,
 )
-from ascend_spec.gdn.verify_gated_delta_rule import flush_pending, replay_states, verify_gated_delta_rule
+from ascend_spec.gdn.verify_gated_delta_rule import flush_pending, verify_gated_delta_rule
+from ascend_spec.gdn.verify_gated_delta_rule.reference import replay_states
 
 __all__ = [
     "ConvRecords",

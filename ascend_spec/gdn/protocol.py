@@ -9,9 +9,19 @@ rule) stays in each op's module.
 
 from __future__ import annotations
 
+import enum
+
 import torch
 
 from ascend_spec.checks import INDEX_DTYPES, check_tensor
+
+
+class KernelMode(enum.IntEnum):
+    """What one call of a GDN or conv kernel pair does (csrc/kernels/kernel_modes.h holds the same values)."""
+
+    VERIFY = 0  # commit pending records, run this call's tokens, record them
+    FLUSH = 1  # commit pending records only; num_recorded = 0
+    FLUSH_AND_RESET = 2  # FLUSH, then zero pending (the conv kernel; the GDN flush zeroes it in Python)
 
 
 def check_rows(state_indices: object, pending: object, device: torch.device) -> int:

@@ -16,22 +16,10 @@ from __future__ import annotations
 
 import bisect
 import json
-import operator
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ascend_spec.checks import check_positive_int
-
-
-def _as_count(name: str, value: object, *, minimum: int = 1) -> int:
-    """An int-like count (Python int or numpy integer; never bool or float)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an int; got {value!r}")
-    try:
-        value = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise ValueError(f"{name} must be an int; got {value!r}") from None
-    return check_positive_int(name, value, minimum=minimum)
+from ascend_spec.checks import check_int
 
 
 class GraphBuckets:
@@ -42,7 +30,7 @@ class GraphBuckets:
     def __init__(self, sizes: Iterable[int]) -> None:
         if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
             raise ValueError(f"sizes must be an iterable of positive ints; got {sizes!r}")
-        values = [_as_count("sizes entry", s) for s in sizes]
+        values = [check_int("sizes entry", s, minimum=1) for s in sizes]
         if not values:
             raise ValueError("sizes must not be empty: a GraphBuckets needs at least one capture size")
         seen: set[int] = set()
@@ -89,7 +77,7 @@ class GraphBuckets:
     # -- padding -------------------------------------------------------------------------------------------
     def pad(self, num_tokens: int) -> int | None:
         """The capture size that runs ``num_tokens`` (the smallest size >= it), or None above the largest."""
-        n = _as_count("num_tokens", num_tokens)
+        n = check_int("num_tokens", num_tokens, minimum=1)
         i = bisect.bisect_left(self._sizes, n)
         return self._sizes[i] if i < len(self._sizes) else None
 
@@ -104,10 +92,10 @@ class GraphBuckets:
         cls, max_num_reqs: int, tokens_per_request: int = 1, *, max_graphs: int | None = None
     ) -> GraphBuckets:
         """Capture sizes generated the way engines do (see the module docstring for the rule)."""
-        max_num_reqs = _as_count("max_num_reqs", max_num_reqs)
-        q = _as_count("tokens_per_request", tokens_per_request)
+        max_num_reqs = check_int("max_num_reqs", max_num_reqs, minimum=1)
+        q = check_int("tokens_per_request", tokens_per_request, minimum=1)
         if max_graphs is not None:
-            max_graphs = _as_count("max_graphs", max_graphs)
+            max_graphs = check_int("max_graphs", max_graphs, minimum=1)
         limit = max_num_reqs * q
         base = [1, 2, 4, *range(8, 256, 8), *range(256, limit + 1, 16)]
         sizes = sorted({min(-(-s // q) * q, limit) for s in base if s <= limit} | {limit})

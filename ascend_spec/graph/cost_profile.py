@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from ascend_spec.graph.buckets import GraphBuckets, _as_count
+from ascend_spec.checks import check_int
+from ascend_spec.graph.buckets import GraphBuckets
 from ascend_spec.graph.config_io import read_json
 
 PROFILE_FORMAT = "ascend-spec/cost-profile/v1"
@@ -80,7 +81,7 @@ class CostProfile:
         sizes: list[int] = []
         values: list[float] = []
         for size, value in costs.items():
-            s = _as_count("costs bucket size", size)
+            s = check_int("costs bucket size", size, minimum=1)
             c = _check_cost(f"costs[{s}]", value)
             if sizes and s <= sizes[-1]:
                 raise ValueError(
@@ -101,7 +102,7 @@ class CostProfile:
         self.source = source
         self.origins: dict[int, str] = {}
         for size, origin in (origins or {}).items():
-            s = _as_count("origins bucket size", size)
+            s = check_int("origins bucket size", size, minimum=1)
             if s not in self._costs:
                 raise ValueError(f"origins names bucket {s}, which is not in costs {sizes}")
             if origin not in ORIGINS:
@@ -211,7 +212,7 @@ class CostProfile:
                 raise ValueError(
                     f"{where}: points[{i}] must be an object with 'tokens' and 'cost'; got {p!r}"
                 )
-            tokens = _as_count(f"{where}: points[{i}].tokens", p["tokens"])
+            tokens = check_int(f"{where}: points[{i}].tokens", p["tokens"], minimum=1)
             if tokens in costs:
                 raise ValueError(f"{where}: points[{i}] repeats bucket {tokens}")
             costs[tokens] = p["cost"]
@@ -266,8 +267,8 @@ class CostProfile:
             raise ValueError(f"run_fn must be callable; got {run_fn!r}")
         if not isinstance(buckets, GraphBuckets):
             buckets = GraphBuckets(buckets)
-        warmup = _as_count("warmup", warmup, minimum=0)
-        repeats = _as_count("repeats", repeats)
+        warmup = check_int("warmup", warmup, minimum=0)
+        repeats = check_int("repeats", repeats, minimum=1)
         dev = _timing_device(device)
         medians: dict[int, float] = {}
         for size in buckets:

@@ -8,7 +8,7 @@ accepted tokens, and the next verify call (or :func:`flush_conv_pending`) commit
 last ``W-1`` entries of ``(pool state ++ recorded x[:pending])``, a pure copy, so the commit is exact in every
 dtype.
 
-Protocol (shared with :mod:`ascend_spec.gdn` recurrence, see docs/verify_gated_delta_rule.md):
+Protocol (shared with the GDN recurrence :mod:`ascend_spec.gdn.verify_gated_delta_rule`; docs/verify_gated_delta_rule.md):
 
 * ``records`` are keyed by state slot, so batch order may change from step to step.
 * ``pending`` is int32 ``[B]`` aligned with this call's ``state_indices``; 0 = nothing pending. Verify never
@@ -17,6 +17,10 @@ Protocol (shared with :mod:`ascend_spec.gdn` recurrence, see docs/verify_gated_d
   and produce zeros.
 * Kernels clamp ``pending`` to what is recorded (never reading stale records); with value checks on, a pending
   count above the recorded count is a ValueError.
+
+This package holds the contract (:class:`ConvRecords`, :class:`CausalConv1dArgs`), the checks and the dispatch;
+``reference.py``, ``triton.py`` and ``ascendc.py`` implement every call as ``verify_causal_conv1d(args, out)``
+(``args.mode`` says verify, flush, or flush and reset). Design and measurements: docs/verify_causal_conv1d.md.
 """
 
 from __future__ import annotations
@@ -24,17 +28,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from ascend_spec.backend import resolve_backend, value_checks_enabled
-from ascend_spec.checks import FLOAT_DTYPES, INDEX_DTYPES, check_choice, check_positive_int, check_tensor
+from ascend_spec.backend import dispatch, value_checks_enabled
+from ascend_spec.checks import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    check_choice,
+    check_int,
+    check_out_tensor,
+    check_tensor,
+)
 from ascend_spec.gdn.protocol import (
+    KernelMode,
     check_pending_recorded,
     check_reset_pending,
     check_rows,
     check_slot_values,
 )
 
+OP = "verify_causal_conv1d"
 ACTIVATIONS = (None, "silu", "swish")
 
 # Record dtypes that hold each input dtype exactly (the commit must be a lossless copy).
@@ -81,10 +93,25 @@ class ConvRecords:
         return (self.x, self.num_recorded)
 
 
-# The reference's conv works in channel blocks whose fp32 working set stays about 2 MiB (cache-sized), at least
-# 256 channels so short batches do not pay a Python iteration per few channels.
-_REFERENCE_BLOCK_BYTES = 2 << 20
-_REFERENCE_MIN_CHANNEL_BLOCK = 256
+@dataclass(frozen=True)
+class CausalConv1dArgs:
+    """One call's arguments after checks: what every backend takes, for a verify call and for the flushes (csrc
+    mirror: ``VerifyCausalConv1dArgs`` in csrc/kernels/verify_causal_conv1d_tiling.h)."""
+
+    mode: KernelMode
+    conv_state_pool: torch.Tensor  # [S, C, W-1]
+    state_indices: torch.Tensor  # [B] int32/int64, -1 = padding row
+    records: ConvRecords
+    pending: torch.Tensor  # [B] int32
+    x: torch.Tensor | None = None  # [T, C] (None in the flushes, as are weight, bias, cu_seqlens)
+    weight: torch.Tensor | None = None  # [C, W]
+    bias: torch.Tensor | None = None  # [C] or None
+    cu_seqlens: torch.Tensor | None = None  # [B+1]
+    silu: bool = False
+
+    @property
+    def width(self) -> int:
+        return self.conv_state_pool.shape[2] + 1
 
 
 def conv_record_bytes_per_slot(
@@ -108,10 +135,10 @@ def allocate_conv_records(
     ``dtype`` must hold the conv inputs exactly (bf16 inputs: bf16 or fp32 records; fp32 inputs: fp32).
     Memory: ``num_slots * max_tokens_per_step * channels * dtype size`` plus 4 bytes per slot.
     """
-    check_positive_int("num_slots", num_slots)
-    check_positive_int("max_tokens_per_step", max_tokens_per_step)
-    check_positive_int("channels", channels)
-    check_positive_int("width", width, minimum=2)
+    check_int("num_slots", num_slots, minimum=1)
+    check_int("max_tokens_per_step", max_tokens_per_step, minimum=1)
+    check_int("channels", channels, minimum=1)
+    check_int("width", width, minimum=2)
     check_choice("dtype", dtype, FLOAT_DTYPES)
     x = torch.zeros(num_slots, max_tokens_per_step, channels, dtype=dtype, device=device)
     num_recorded = torch.zeros(num_slots, dtype=torch.int32, device=x.device)
@@ -197,12 +224,14 @@ def verify_causal_conv1d(
     pending: torch.Tensor,
     activation: str | None = "silu",
     backend: str = "auto",
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Commit each row's pending tokens into its conv state, then run the causal conv over this call's tokens.
 
     ``x [T, C]`` holds the rows' tokens back to back (``cu_seqlens [B+1]``); ``weight [C, W]``; ``bias [C]``
     or None. Returns ``y [T, C]`` in ``x``'s dtype (fp32 accumulation). Writes each active row's committed
     state to ``conv_state_pool[state_indices[b]]`` once and records this call's inputs for the next commit.
+    ``out`` (contiguous, x's shape and dtype) receives ``y`` when given.
     """
     check_tensor("x", x, ndim=2, dtypes=FLOAT_DTYPES)
     device = x.device
@@ -239,17 +268,17 @@ def verify_causal_conv1d(
         active = (cu_seqlens[1:] - cu_seqlens[:-1]) > 0
         _check_row_values(state_indices, pending, records, active)
 
-    silu = activation is not None
-    which = resolve_backend(backend, device, op="verify_causal_conv1d")
-    if which == "triton":
-        from ascend_spec.gdn.verify_causal_conv1d.triton import verify_conv1d_triton
-
-        return verify_conv1d_triton(x, weight, bias, cu_seqlens, pool, state_indices, records, pending, silu)
-    if which == "ascendc":
-        from ascend_spec.gdn.verify_causal_conv1d.ascendc import verify_conv1d_ascendc
-
-        return verify_conv1d_ascendc(x, weight, bias, cu_seqlens, pool, state_indices, records, pending, silu)
-    return _verify_reference(x, weight, bias, cu_seqlens, pool, state_indices, records, pending, silu)
+    run = dispatch(OP, backend, device)
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=device)
+    else:
+        check_out_tensor(out, tuple(x.shape), x.dtype, device)
+    args = CausalConv1dArgs(
+        KernelMode.VERIFY, pool, state_indices, records, pending, x=x, weight=weight, bias=bias,
+        cu_seqlens=cu_seqlens, silu=activation is not None,
+    )  # fmt: skip
+    run(args, out)
+    return out
 
 
 def flush_conv_pending(
@@ -274,119 +303,6 @@ def flush_conv_pending(
     check_reset_pending(reset_pending)
     if value_checks_enabled(device):
         _check_row_values(state_indices, pending, records, torch.ones_like(pending, dtype=torch.bool))
-    which = resolve_backend(backend, device, op="flush_conv_pending")
-    if which == "triton":
-        from ascend_spec.gdn.verify_causal_conv1d.triton import flush_conv_triton
-
-        flush_conv_triton(pool, state_indices, records, pending, reset_pending)
-    elif which == "ascendc":
-        from ascend_spec.gdn.verify_causal_conv1d.ascendc import flush_conv_ascendc
-
-        flush_conv_ascendc(pool, state_indices, records, pending, reset_pending)
-    else:
-        _flush_reference(pool, state_indices, records, pending, reset_pending)
-
-
-# ------------------------------------------------------------------------------------------------- reference
-
-
-def _committed_states(
-    pool: torch.Tensor, slot: torch.Tensor, records: ConvRecords, pending: torch.Tensor
-) -> torch.Tensor:
-    """``[B, W-1, C]`` fp32: last W-1 of (pool[slot] ++ recorded x[:p]), p clamped to what each slot recorded.
-
-    Entry k is element p+k of that concatenation: the pool's column p+k while p+k < W-1, else recorded token
-    p+k-(W-1). Built with index_select (CPU advanced indexing opens an OpenMP region even for small tensors).
-    """
-    wm1, num_rows = pool.shape[2], slot.shape[0]
-    max_len = records.max_tokens_per_step
-    recorded = records.num_recorded.index_select(0, slot).long().clamp(max=max_len)
-    p = torch.minimum(pending.long().clamp(min=0), recorded)
-    q = p[:, None] + torch.arange(wm1, device=pool.device)[None, :]  # [B, W-1]
-    old = pool.index_select(0, slot).transpose(1, 2).to(torch.float32)  # [B, W-1, C]
-    from_pool = torch.gather(old, 1, q.clamp(max=wm1 - 1)[:, :, None].expand(-1, -1, old.shape[2]))
-    rec_row = slot[:, None] * max_len + (q - wm1).clamp(0, max_len - 1)
-    flat = records.x.view(-1, records.channels)
-    from_rec = flat.index_select(0, rec_row.reshape(-1)).view(num_rows, wm1, flat.shape[1]).to(torch.float32)
-    return torch.where((q < wm1)[:, :, None], from_pool, from_rec)
-
-
-def _verify_reference(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    cu_seqlens: torch.Tensor,
-    pool: torch.Tensor,
-    state_indices: torch.Tensor,
-    records: ConvRecords,
-    pending: torch.Tensor,
-    silu: bool,
-) -> torch.Tensor:
-    """Vectorised oracle: each tap of each token reads either a token of its row or the row's committed state."""
-    device = x.device
-    num_tokens, channels = x.shape
-    wm1 = weight.shape[1] - 1
-    cu = cu_seqlens.long()
-    lens = cu[1:] - cu[:-1]
-    slot = state_indices.long()
-    active = (slot >= 0) & (lens > 0)
-    committed = _committed_states(pool, slot.clamp(min=0), records, pending)  # [B, W-1, C] fp32
-
-    # One depthwise conv over every row at once: row b's committed state (W-1 columns) then its tokens, rows back
-    # to back, so each token's window spans only its own row; outputs whose window straddles two rows are dropped.
-    tok = torch.arange(num_tokens, device=device)
-    row_of_token = torch.searchsorted(cu[1:], tok, right=True)  # no repeat_interleave (OpenMP on CPU)
-    local = tok - cu.index_select(0, row_of_token)
-    num_rows = slot.shape[0]
-    row_start = cu[:-1] + torch.arange(num_rows, device=device) * wm1  # where row b's state columns begin
-    state_at = (row_start[:, None] + torch.arange(wm1, device=device)).reshape(-1)
-    token_at = tok + (row_of_token + 1) * wm1
-    keep = (slot.index_select(0, row_of_token) >= 0)[:, None]  # padding rows output zeros
-    y = torch.empty(num_tokens, channels, dtype=x.dtype, device=device)
-    w32 = weight.to(torch.float32).unsqueeze(1)
-    b32 = None if bias is None else bias.to(torch.float32)
-    # Channel blocks keep each block's working set cache-sized; a Python loop over blocks, never over tokens.
-    seq_len = num_tokens + num_rows * wm1
-    block = max(_REFERENCE_MIN_CHANNEL_BLOCK, _REFERENCE_BLOCK_BYTES // (4 * max(seq_len, 1)))
-    for c0 in range(0, channels if num_tokens else 0, block):
-        c1 = min(c0 + block, channels)
-        seq = torch.empty(seq_len, c1 - c0, dtype=torch.float32, device=device)
-        seq.index_copy_(0, state_at, committed[:, :, c0:c1].reshape(-1, c1 - c0))
-        seq.index_copy_(0, token_at, x[:, c0:c1].to(torch.float32))
-        bias_c = None if b32 is None else b32[c0:c1]
-        conv = F.conv1d(seq.t().unsqueeze(0), w32[c0:c1], bias_c, groups=c1 - c0)
-        out = conv.squeeze(0).t().index_select(0, token_at - wm1)  # [T, block]
-        if silu:
-            out = F.silu(out)
-        y[:, c0:c1] = torch.where(keep, out, torch.zeros((), device=device))
-
-    # Writes: committed state once per active row; this call's inputs as the slot's new records.
-    rows = active.nonzero().squeeze(1)
-    slots = slot.index_select(0, rows)
-    pool.index_copy_(0, slots, committed.index_select(0, rows).transpose(1, 2).to(pool.dtype))
-    cap = records.max_tokens_per_step  # checks off: nothing past the capacity is recorded (outputs complete)
-    toks = (active.index_select(0, row_of_token) & (local < cap)).nonzero().squeeze(1)
-    dest = slot.index_select(0, row_of_token.index_select(0, toks)) * records.max_tokens_per_step
-    records.x.view(-1, channels).index_copy_(
-        0, dest + local.index_select(0, toks), x.index_select(0, toks).to(records.x.dtype)
-    )
-    records.num_recorded.index_copy_(0, slots, lens.index_select(0, rows).clamp(max=cap).to(torch.int32))
-    return y
-
-
-def _flush_reference(
-    pool: torch.Tensor,
-    state_indices: torch.Tensor,
-    records: ConvRecords,
-    pending: torch.Tensor,
-    reset_pending: bool,
-) -> None:
-    slot = state_indices.long()
-    valid = (slot >= 0).nonzero().squeeze(1)
-    rows = ((slot >= 0) & (pending > 0)).nonzero().squeeze(1)
-    slots = slot.index_select(0, rows)
-    committed = _committed_states(pool, slots, records, pending.index_select(0, rows))
-    pool.index_copy_(0, slots, committed.transpose(1, 2).to(pool.dtype))
-    records.num_recorded.index_fill_(0, slot.index_select(0, valid), 0)
-    if reset_pending:
-        pending.zero_()
+    run = dispatch(OP, backend, device, caller="flush_conv_pending")
+    mode = KernelMode.FLUSH_AND_RESET if reset_pending else KernelMode.FLUSH
+    run(CausalConv1dArgs(mode, pool, state_indices, records, pending), None)

@@ -14,6 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.verify_causal_conv1d import CausalConv1dArgs
+
 _BLOCK_C = 128
 _BLOCK_B = 128
 
@@ -281,8 +284,8 @@ def _flush_kernel(
 
 @triton.jit
 def _counts_kernel(cu_ptr, idx_ptr, nrec_ptr, pend_ptr, B, L, MODE: tl.constexpr, BLOCK_B: tl.constexpr):
-    """MODE 0 (after verify): num_recorded[slot] = row length for active rows. MODE 1/2 (after flush):
-    num_recorded[slot] = 0; MODE 2 also zeroes pending."""
+    """MODE = KernelMode: VERIFY (0) sets num_recorded[slot] = row length for active rows; FLUSH (1) and
+    FLUSH_AND_RESET (2) set num_recorded[slot] = 0, and FLUSH_AND_RESET also zeroes pending."""
     offs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     m = offs < B
     raw = tl.load(idx_ptr + offs, mask=m, other=-1)
@@ -301,23 +304,29 @@ def _blocks(width: int) -> tuple[int, int]:
     return block_k, max(16, block_k)
 
 
-def verify_conv1d_triton(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    cu_seqlens: torch.Tensor,
-    pool: torch.Tensor,
-    state_indices: torch.Tensor,
-    records,
-    pending: torch.Tensor,
-    silu: bool,
-) -> torch.Tensor:
-    num_tokens, channels = x.shape
+def verify_causal_conv1d(args: CausalConv1dArgs, out: torch.Tensor | None) -> None:
+    """A verify call (``y`` into ``out``) or a flush: the main kernel, then the per-slot counts kernel."""
+    if args.mode == KernelMode.VERIFY:
+        assert out is not None
+        _verify(args, out)
+    else:
+        _flush(args)
+
+
+def _verify(args: CausalConv1dArgs, y: torch.Tensor) -> None:
+    x, weight, bias, cu_seqlens = args.x, args.weight, args.bias, args.cu_seqlens
+    assert x is not None and weight is not None and cu_seqlens is not None
+    pool, state_indices, records, pending = (
+        args.conv_state_pool,
+        args.state_indices,
+        args.records,
+        args.pending,
+    )
+    channels = x.shape[1]
     nrows = state_indices.shape[0]
     width = weight.shape[1]
-    y = torch.empty(num_tokens, channels, dtype=x.dtype, device=x.device)
     if nrows == 0:
-        return y
+        return
     rec = records.x
     block_k, block_t = _blocks(width)
     grid = (nrows, triton.cdiv(channels, _BLOCK_C))
@@ -326,7 +335,7 @@ def verify_conv1d_triton(
         cu_seqlens, state_indices, pending, channels, rec.shape[1],
         x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
         pool.stride(0), pool.stride(1), pool.stride(2), rec.stride(0), rec.stride(1),
-        W=width, BLOCK_K=block_k, BLOCK_T=block_t, BLOCK_C=_BLOCK_C, HAS_BIAS=bias is not None, SILU=silu,
+        W=width, BLOCK_K=block_k, BLOCK_T=block_t, BLOCK_C=_BLOCK_C, HAS_BIAS=bias is not None, SILU=args.silu,
     )  # fmt: skip
     _counts_kernel[(triton.cdiv(nrows, _BLOCK_B),)](
         cu_seqlens,
@@ -335,15 +344,18 @@ def verify_conv1d_triton(
         pending,
         nrows,
         rec.shape[1],
-        MODE=0,
+        MODE=int(KernelMode.VERIFY),
         BLOCK_B=_BLOCK_B,
     )
-    return y
 
 
-def flush_conv_triton(
-    pool: torch.Tensor, state_indices: torch.Tensor, records, pending: torch.Tensor, reset_pending: bool
-) -> None:
+def _flush(args: CausalConv1dArgs) -> None:
+    pool, state_indices, records, pending = (
+        args.conv_state_pool,
+        args.state_indices,
+        args.records,
+        args.pending,
+    )
     nrows = state_indices.shape[0]
     if nrows == 0:
         return
@@ -357,5 +369,5 @@ def flush_conv_triton(
     )  # fmt: skip
     _counts_kernel[(triton.cdiv(nrows, _BLOCK_B),)](
         state_indices, state_indices, records.num_recorded, pending, nrows, rec.shape[1],
-        MODE=2 if reset_pending else 1, BLOCK_B=_BLOCK_B,
+        MODE=int(args.mode), BLOCK_B=_BLOCK_B,
     )  # fmt: skip

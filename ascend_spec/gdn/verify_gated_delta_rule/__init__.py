@@ -21,17 +21,23 @@ Protocol (shared with :mod:`ascend_spec.gdn.verify_causal_conv1d`; docs/verify_g
   state index -1 (graph padding) write no state, no record and no metadata; their outputs are zeros.
 * Kernels replay ``min(pending, num_recorded)`` tokens (never stale records); with value checks on, a pending
   count above what the slot recorded is a ValueError, as is any length above the records' capacity.
+
+This package holds the contract (:class:`GatedDeltaRuleArgs`), the checks and the dispatch; ``reference.py``,
+``triton.py`` and ``ascendc.py`` implement both calls as ``verify_gated_delta_rule(args, out)`` (``args.mode``
+says verify or flush). Design, derivations and measurements: docs/verify_gated_delta_rule.md.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
-from ascend_spec.backend import resolve_backend, value_checks_enabled
-from ascend_spec.checks import FLOAT_DTYPES, INDEX_DTYPES, check_tensor
+from ascend_spec.backend import dispatch, value_checks_enabled
+from ascend_spec.checks import FLOAT_DTYPES, INDEX_DTYPES, check_out_tensor, check_tensor
 from ascend_spec.gdn.protocol import (
+    KernelMode,
     check_pending_recorded,
     check_reset_pending,
     check_rows,
@@ -39,7 +45,28 @@ from ascend_spec.gdn.protocol import (
 )
 from ascend_spec.gdn.records import GDNRecords
 
-__all__ = ["verify_gated_delta_rule", "flush_pending"]
+__all__ = ["GatedDeltaRuleArgs", "verify_gated_delta_rule", "flush_pending"]
+OP = "verify_gated_delta_rule"
+
+
+@dataclass(frozen=True)
+class GatedDeltaRuleArgs:
+    """One call's arguments after checks: what every backend takes, for a verify call and for a flush (csrc
+    mirror: ``VerifyGatedDeltaRuleArgs`` in csrc/kernels/verify_gated_delta_rule_tiling.h)."""
+
+    mode: KernelMode  # VERIFY or FLUSH
+    state_pool: torch.Tensor  # [S, HV, Dk, Dv] fp32, contiguous within a slot
+    state_indices: torch.Tensor  # [B] int32/int64, -1 = padding row
+    records: GDNRecords
+    pending: torch.Tensor  # [B] int32
+    q: torch.Tensor | None = None  # [T, H, Dk] (None in a flush, as are k, v, g, beta, cu_seqlens)
+    k: torch.Tensor | None = None  # [T, H, Dk]
+    v: torch.Tensor | None = None  # [T, HV, Dv]
+    g: torch.Tensor | None = None  # [T, HV] log decay
+    beta: torch.Tensor | None = None  # [T, HV]
+    cu_seqlens: torch.Tensor | None = None  # [B+1]
+    scale: float = 1.0
+    use_qk_l2norm: bool = False
 
 
 # --------------------------------------------------------------------------------------------------- checks
@@ -121,6 +148,7 @@ def verify_gated_delta_rule(
     scale: float | None = None,
     use_qk_l2norm: bool = False,
     backend: str = "auto",
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Commit each row's pending tokens, then run the gated delta rule over this call's tokens, recording them.
 
@@ -128,7 +156,8 @@ def verify_gated_delta_rule(
     k-head ``hv // (HV / H)``), ``g, beta [T, HV]`` (any float dtype; ``g`` is the log decay),
     ``cu_seqlens [B+1]``, ``state_pool [S, HV, Dk, Dv]`` fp32, ``state_indices [B]`` (-1 = padding row),
     ``pending [B]`` int32. ``scale`` defaults to ``Dk ** -0.5``; ``use_qk_l2norm`` normalises q and k per head
-    in fp32 (eps 1e-6 under the square root, as fla and transformers do). Returns ``o [T, HV, Dv]`` in v's dtype.
+    in fp32 (eps 1e-6 under the square root, as fla and transformers do). Returns ``o [T, HV, Dv]`` in v's dtype,
+    written into ``out`` (contiguous, v's shape and dtype) when given.
     """
     check_tensor("q", q, ndim=3, dtypes=FLOAT_DTYPES)
     device = q.device
@@ -166,17 +195,17 @@ def verify_gated_delta_rule(
         active = (cu_seqlens[1:] - cu_seqlens[:-1]) > 0
         _check_row_values(state_indices, pending, records, active)
 
-    which = resolve_backend(backend, device, op="verify_gated_delta_rule")
-    args = (q, k, v, g, beta, cu_seqlens, pool, state_indices, records, pending, float(scale), use_qk_l2norm)
-    if which == "triton":
-        from ascend_spec.gdn.verify_gated_delta_rule.triton import verify_triton
-
-        return verify_triton(*args)
-    if which == "ascendc":
-        from ascend_spec.gdn.verify_gated_delta_rule.ascendc import verify_ascendc
-
-        return verify_ascendc(*args)
-    return _verify_reference(*args)
+    run = dispatch(OP, backend, device)
+    if out is None:
+        out = torch.empty(v.shape, dtype=v.dtype, device=device)
+    else:
+        check_out_tensor(out, tuple(v.shape), v.dtype, device)
+    args = GatedDeltaRuleArgs(
+        mode=KernelMode.VERIFY, state_pool=pool, state_indices=state_indices, records=records, pending=pending,
+        q=q, k=k, v=v, g=g, beta=beta, cu_seqlens=cu_seqlens, scale=float(scale), use_qk_l2norm=use_qk_l2norm,
+    )  # fmt: skip
+    run(args, out)
+    return out
 
 
 def flush_pending(
@@ -211,146 +240,7 @@ def flush_pending(
     check_reset_pending(reset_pending)
     if value_checks_enabled(device):
         _check_row_values(state_indices, pending, records, torch.ones_like(pending, dtype=torch.bool))
-    which = resolve_backend(backend, device, op="flush_pending")
-    if which == "triton":
-        from ascend_spec.gdn.verify_gated_delta_rule.triton import flush_triton
-
-        flush_triton(pool, state_indices, records, pending)
-    elif which == "ascendc":
-        from ascend_spec.gdn.verify_gated_delta_rule.ascendc import flush_ascendc
-
-        flush_ascendc(pool, state_indices, records, pending)
-    else:
-        _flush_reference(pool, state_indices, records, pending)
+    run = dispatch(OP, backend, device, caller="flush_pending")
+    run(GatedDeltaRuleArgs(KernelMode.FLUSH, pool, state_indices, records, pending), None)
     if reset_pending:
         pending.zero_()
-
-
-# ------------------------------------------------------------------------------------------------- reference
-
-
-def replay_states(
-    states: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor, n: torch.Tensor
-) -> torch.Tensor:
-    """Closed-form commit of the first ``n[a]`` records into ``states [A, HV, Dk, Dv]`` (fp32, returns new).
-
-    ``S_n = exp(G_n) S_0 + sum_{t<n} exp(G_n - G_t) k_t u_t^T`` with ``G`` the inclusive prefix sum of ``g``:
-    vectorised over rows, heads and tokens (one batched matmul of rank ``n``), no loop.
-    ``k [A, L, H, Dk]``, ``g [A, L, HV]``, ``u [A, L, HV, Dv]``, ``n [A]``.
-    """
-    num_rows, cap, num_heads, _ = k.shape
-    num_v_heads = u.shape[2]
-    live = torch.arange(cap, device=k.device)[None, :] < n[:, None]  # [A, L]
-    g = torch.where(live[:, :, None], g, torch.zeros((), device=g.device))
-    cum = torch.cumsum(g, dim=1)  # [A, L, HV]
-    total = cum[:, -1]  # [A, HV] = G_n (dead tokens add 0)
-    weight = torch.where(
-        live[:, :, None], torch.exp(total[:, None, :] - cum), torch.zeros((), device=g.device)
-    )
-    k_v = k.repeat_interleave(num_v_heads // num_heads, dim=2)  # [A, L, HV, Dk]
-    update = torch.einsum("alhk,alhv->ahkv", k_v * weight[..., None], u)
-    return torch.exp(total)[..., None, None] * states + update
-
-
-def _l2norm(x: torch.Tensor) -> torch.Tensor:
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
-
-
-def _verify_reference(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    pool: torch.Tensor,
-    state_indices: torch.Tensor,
-    records: GDNRecords,
-    pending: torch.Tensor,
-    scale: float,
-    use_qk_l2norm: bool,
-) -> torch.Tensor:
-    """Vectorised oracle: closed-form replay for all rows at once, then a loop over token index t in which the
-    rows still running form a prefix (rows sorted by length), updated in place with batched matmuls."""
-    device = q.device
-    num_tokens, num_heads, dk = q.shape
-    num_v_heads, dv = v.shape[1:]
-    group = num_v_heads // num_heads
-    o = torch.zeros(num_tokens, num_v_heads, dv, dtype=v.dtype, device=device)
-    cu = cu_seqlens.long()
-    lens = cu[1:] - cu[:-1]
-    slot_all = state_indices.long()
-    rows = ((slot_all >= 0) & (lens > 0)).nonzero().squeeze(1)
-    if rows.numel() == 0:
-        return o
-    lens_r = lens[rows]
-    order = torch.argsort(lens_r, descending=True, stable=True)
-    rows, lens_r = rows[order], lens_r[order]
-    slots = slot_all[rows]
-    num_rows = rows.numel()
-
-    # 1) commit pending records: one state read, one write where something is pending.
-    bank = records.bank[slots].long()
-    n_rep = torch.minimum(pending[rows].long().clamp(min=0), records.num_recorded[slots].long())
-    states = replay_states(
-        pool[slots], records.k[slots, bank], records.g[slots, bank], records.u[slots], n_rep
-    )  # [A, HV, Dk, Dv] fp32
-    committed = n_rep > 0
-    pool[slots[committed]] = states[committed]
-
-    # 2) this call's tokens, padded to [A, Lmax, ...] (rows sorted by length: live rows form a prefix).
-    max_len = int(lens_r[0])
-    t_idx = torch.arange(max_len, device=device)
-    live = t_idx[None, :] < lens_r[:, None]
-    pos = torch.where(
-        live, cu[rows][:, None] + t_idx[None, :], torch.zeros((), dtype=torch.long, device=device)
-    )
-    f32 = torch.float32
-    q_p, k_p = q[pos].to(f32), k[pos].to(f32)  # [A, Lmax, H, Dk]
-    if use_qk_l2norm:
-        q_p, k_p = _l2norm(q_p), _l2norm(k_p)
-    q_p = (q_p * scale).repeat_interleave(group, dim=2)
-    k_v = k_p.repeat_interleave(group, dim=2)  # [A, Lmax, HV, Dk]
-    v_p, g_p, b_p = v[pos].to(f32), g[pos].to(f32), beta[pos].to(f32)
-    u_p = torch.zeros(num_rows, max_len, num_v_heads, dv, dtype=f32, device=device)
-    o_p = torch.zeros_like(u_p)
-    running = live.sum(dim=0).tolist()  # rows still running at each t
-    flat = states.view(num_rows * num_v_heads, dk, dv)
-    for t in range(max_len):
-        n = running[t]
-        s_n = flat[: n * num_v_heads]
-        s_n.mul_(torch.exp(g_p[:n, t]).reshape(-1, 1, 1))
-        k_t = k_v[:n, t].reshape(-1, 1, dk)
-        pred = torch.bmm(k_t, s_n).reshape(n, num_v_heads, dv)  # S~^T k
-        u_t = b_p[:n, t, :, None] * (v_p[:n, t] - pred)
-        s_n.baddbmm_(k_t.transpose(1, 2), u_t.reshape(-1, 1, dv))
-        o_p[:n, t] = torch.bmm(q_p[:n, t].reshape(-1, 1, dk), s_n).reshape(n, num_v_heads, dv)
-        u_p[:n, t] = u_t
-    o[pos[live]] = o_p[live].to(o.dtype)
-
-    # 3) records of this call into the other bank (u: single copy), then the metadata. Lengths above the
-    # capacity only get here with value checks off: no record is written past it, num_recorded = capacity.
-    new_bank = 1 - bank
-    cap = min(max_len, records.max_tokens_per_step)
-    records.k[slots, new_bank, :cap] = k_p[:, :cap]
-    records.g[slots, new_bank, :cap] = g_p[:, :cap]
-    records.u[slots, :cap] = u_p[:, :cap]
-    records.bank[slots] = new_bank.to(torch.int32)
-    records.num_recorded[slots] = lens_r.clamp(max=records.max_tokens_per_step).to(torch.int32)
-    return o
-
-
-def _flush_reference(
-    pool: torch.Tensor, state_indices: torch.Tensor, records: GDNRecords, pending: torch.Tensor
-) -> None:
-    slot_all = state_indices.long()
-    valid = slot_all >= 0
-    n_all = torch.minimum(pending.long().clamp(min=0), records.num_recorded[slot_all.clamp(min=0)].long())
-    rows = (valid & (n_all > 0)).nonzero().squeeze(1)
-    if rows.numel():
-        slots = slot_all[rows]
-        bank = records.bank[slots].long()
-        pool[slots] = replay_states(
-            pool[slots], records.k[slots, bank], records.g[slots, bank], records.u[slots], n_all[rows]
-        )
-    records.num_recorded[slot_all[valid]] = 0

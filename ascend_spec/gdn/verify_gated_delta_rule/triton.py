@@ -20,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ascend_spec.gdn.records import GDNRecords
+from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
 
 
 @triton.jit
@@ -167,69 +168,36 @@ def _block_v(dv: int) -> int:
     return min(32, triton.next_power_of_2(dv))
 
 
-def _launch(
-    inputs: tuple[torch.Tensor, ...] | None,
-    cu_seqlens: torch.Tensor | None,
-    pool: torch.Tensor,
-    state_indices: torch.Tensor,
-    records: GDNRecords,
-    pending: torch.Tensor,
-    scale: float,
-    use_qk_l2norm: bool,
-) -> torch.Tensor | None:
+def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) -> None:
+    """A verify call (outputs into ``out``) or the flush (``KernelMode.FLUSH``): one kernel pair either way."""
+    pool, state_indices, records = args.state_pool, args.state_indices.contiguous(), args.records
     num_rows = state_indices.shape[0]
     _, hv, dk, dv = pool.shape
-    h = records.num_k_heads
-    cap = records.max_tokens_per_step
     if num_rows == 0:
-        return None
-    bv = _block_v(dv)
-    grid = (num_rows * hv, triton.cdiv(dv, bv))
-    has_tokens = inputs is not None
+        return
+    has_tokens = args.mode == KernelMode.VERIFY
     if has_tokens:
-        q, k, v, g, beta = (x.contiguous() for x in inputs)
-        o = torch.empty_like(v)
-        cu = cu_seqlens.contiguous()
+        assert out is not None and args.q is not None and args.cu_seqlens is not None
+        q, k, v, g, beta = (x.contiguous() for x in (args.q, args.k, args.v, args.g, args.beta))  # type: ignore[union-attr]
+        o, cu = out, args.cu_seqlens.contiguous()
+        if q.shape[0] == 0:
+            return
     else:
         # Dummy pointers: HAS_TOKENS=False removes every access to them.
         q = k = v = g = beta = o = pool
         cu = state_indices
-    if not has_tokens or q.shape[0] > 0:
-        _verify_kernel[grid](
-            q, k, v, g, beta, o,
-            cu, state_indices.contiguous(), pending.contiguous(),
-            pool, pool.stride(0),
-            records.k, records.g, records.u, records.bank, records.num_recorded,
-            scale,
-            H=h, HV=hv, DK=dk, DV=dv, L=cap,
-            BK=triton.next_power_of_2(dk), BV=bv, USE_L2NORM=use_qk_l2norm, HAS_TOKENS=has_tokens,
-            num_warps=4,
-        )  # fmt: skip
-        _meta_kernel[(num_rows,)](
-            cu, state_indices.contiguous(), records.bank, records.num_recorded, L=cap, HAS_TOKENS=has_tokens
-        )
-    return o if has_tokens else None
-
-
-def verify_triton(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    g: torch.Tensor,
-    beta: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    pool: torch.Tensor,
-    state_indices: torch.Tensor,
-    records: GDNRecords,
-    pending: torch.Tensor,
-    scale: float,
-    use_qk_l2norm: bool,
-) -> torch.Tensor:
-    o = _launch((q, k, v, g, beta), cu_seqlens, pool, state_indices, records, pending, scale, use_qk_l2norm)
-    return o if o is not None else torch.empty_like(v)
-
-
-def flush_triton(
-    pool: torch.Tensor, state_indices: torch.Tensor, records: GDNRecords, pending: torch.Tensor
-) -> None:
-    _launch(None, None, pool, state_indices, records, pending, 1.0, False)
+    bv = _block_v(dv)
+    cap = records.max_tokens_per_step
+    _verify_kernel[(num_rows * hv, triton.cdiv(dv, bv))](
+        q, k, v, g, beta, o,
+        cu, state_indices, args.pending.contiguous(),
+        pool, pool.stride(0),
+        records.k, records.g, records.u, records.bank, records.num_recorded,
+        args.scale,
+        H=records.num_k_heads, HV=hv, DK=dk, DV=dv, L=cap,
+        BK=triton.next_power_of_2(dk), BV=bv, USE_L2NORM=args.use_qk_l2norm, HAS_TOKENS=has_tokens,
+        num_warps=4,
+    )  # fmt: skip
+    _meta_kernel[(num_rows,)](
+        cu, state_indices, records.bank, records.num_recorded, L=cap, HAS_TOKENS=has_tokens
+    )

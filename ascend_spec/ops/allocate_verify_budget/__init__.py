@@ -21,8 +21,12 @@ admitted set is still a prefix), capacities are clamped to [0, K] and the budget
 Backends: ``reference`` sorts the B*K keys once (stable, so ties keep the flat b-major order) and scatters the
 admitted flags back; ``triton`` and ``ascendc`` avoid the sort with a threshold search: the T-th best key is
 found by a 32-step bisection over the bit patterns of the fp32 keys (non-negative floats order like their bits;
-each step one count over the slots), then every slot above the threshold is admitted, and slots equal to it are admitted in flat
-order until T is reached.
+each step one count over the slots), then every slot above the threshold is admitted, and slots equal to it are
+admitted in flat order until T is reached.
+
+This package holds the contract, the checks and the dispatch; ``reference.py``, ``triton.py`` and ``ascendc.py``
+implement it, each as ``allocate_verify_budget(args, out)``. Worked examples and measurements:
+docs/allocate_verify_budget.md.
 """
 
 from __future__ import annotations
@@ -31,8 +35,16 @@ from dataclasses import dataclass
 
 import torch
 
-from ascend_spec.backend import resolve_backend, value_checks_enabled
-from ascend_spec.checks import FLOAT_DTYPES, INDEX_DTYPES, check_tensor
+from ascend_spec.backend import dispatch, value_checks_enabled
+from ascend_spec.checks import (
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    Layout,
+    check_int,
+    check_outputs,
+    check_tensor,
+    empty_outputs,
+)
 
 OP = "allocate_verify_budget"
 INT32_MAX = 2**31 - 1
@@ -53,12 +65,54 @@ class VerifyAllocation:
     draft_index: torch.Tensor  # [L] int32, flat draft indices request by request, then -1
 
 
-def _check_int(name: str, value: object, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an int; got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {value}")
-    return value
+@dataclass(frozen=True)
+class VerifyBudgetArgs:
+    """The op's arguments after checks: what every backend takes (csrc mirror: ``AllocateVerifyBudgetArgs`` in
+    csrc/kernels/allocate_verify_budget_tiling.h)."""
+
+    survival: torch.Tensor  # [B, K] fp32/fp16/bf16, any strides
+    total_budget: int | torch.Tensor  # a host int, or a 0-dim int32/int64 tensor never read on the host
+    capacities: torch.Tensor | None  # [B] int32/int64 or None (= K)
+    max_budget: int  # static bound of the budget: sizes draft_index
+
+    @property
+    def index_length(self) -> int:
+        return index_length(*self.survival.shape, self.max_budget)
+
+    @property
+    def budget_tensor(self) -> torch.Tensor | None:
+        """The budget as a 0-dim int64 device tensor when it is one (kernels read it there), else None."""
+        if isinstance(self.total_budget, torch.Tensor):
+            return self.total_budget.to(torch.int64).reshape(())
+        return None
+
+    @property
+    def budget_value(self) -> int:
+        """The host-int budget clamped to ``max_budget`` (0 when the budget is a tensor)."""
+        return 0 if isinstance(self.total_budget, torch.Tensor) else min(self.total_budget, self.max_budget)
+
+
+def index_length(num_reqs: int, k: int, max_budget: int) -> int:
+    """Length of ``draft_index``: never more slots than exist, never more than the budget's bound."""
+    return min(max_budget, num_reqs * k)
+
+
+def verify_allocation_layout(num_reqs: int, k: int, max_budget: int) -> Layout:
+    """Shape and dtype of every :class:`VerifyAllocation` field (one definition for allocation and checks)."""
+    i32 = torch.int32
+    return {
+        "num_drafts": ((num_reqs,), i32),
+        "query_lens": ((num_reqs,), i32),
+        "query_start_loc": ((num_reqs + 1,), i32),
+        "draft_index": ((index_length(num_reqs, k, max_budget),), i32),
+    }
+
+
+def empty_verify_allocation(
+    num_reqs: int, k: int, max_budget: int, *, device: torch.device | str | None = None
+) -> VerifyAllocation:
+    """Uninitialised outputs for ``allocate_verify_budget(..., out=)``, allocated once and reused by the caller."""
+    return empty_outputs(VerifyAllocation, verify_allocation_layout(num_reqs, k, max_budget), device)  # type: ignore[return-value]
 
 
 def allocate_verify_budget(
@@ -68,13 +122,15 @@ def allocate_verify_budget(
     capacities: torch.Tensor | None = None,
     max_budget: int | None = None,
     backend: str = "auto",
+    out: VerifyAllocation | None = None,
 ) -> VerifyAllocation:
     """Admit the ``total_budget`` best draft slots of ``survival [B, K]`` (semantics: module docstring).
 
     ``total_budget``: a non-negative int, or a 0-dim int32/int64 tensor on the survival's device (never read on
     the host). ``capacities [B]`` int32/int64 in [0, K] caps request b to its first ``capacities[b]`` positions
     (e.g. the drafts actually proposed); None means K. ``max_budget`` is the static upper bound of the budget
-    that sizes ``draft_index``: it defaults to ``total_budget`` when that is an int, else to B*K.
+    that sizes ``draft_index``: it defaults to ``total_budget`` when that is an int, else to B*K. ``out`` (from
+    :func:`empty_verify_allocation`) receives the split and is returned.
     """
     check_tensor("survival", survival, ndim=2, dtypes=FLOAT_DTYPES)
     device = survival.device
@@ -88,28 +144,27 @@ def allocate_verify_budget(
     if isinstance(total_budget, torch.Tensor):
         check_tensor("total_budget", total_budget, ndim=0, dtypes=INDEX_DTYPES, device=device)
     else:
-        total_budget = _check_int("total_budget", total_budget)
+        total_budget = check_int("total_budget", total_budget, minimum=0)
     if max_budget is None:
         max_budget = b * k if isinstance(total_budget, torch.Tensor) else total_budget
     else:
-        max_budget = _check_int("max_budget", max_budget)
+        max_budget = check_int("max_budget", max_budget, minimum=0)
         if isinstance(total_budget, int) and total_budget > max_budget:
             raise ValueError(f"total_budget {total_budget} exceeds max_budget {max_budget}")
     if capacities is not None:
         check_tensor("capacities", capacities, dtypes=INDEX_DTYPES, device=device, shape=(b,))
 
-    which = resolve_backend(backend, device, op=OP)
+    run = dispatch(OP, backend, device)
     if value_checks_enabled(device):
         _check_values(survival, total_budget, capacities, max_budget)
-    if which == "reference":
-        return allocate_verify_budget_reference(survival, total_budget, capacities, max_budget)
-    if which == "triton":
-        from ascend_spec.ops.allocate_verify_budget.triton import allocate_verify_budget_triton
-
-        return allocate_verify_budget_triton(survival, total_budget, capacities, max_budget)
-    from ascend_spec.ops.allocate_verify_budget.ascendc import allocate_verify_budget_ascendc
-
-    return allocate_verify_budget_ascendc(survival, total_budget, capacities, max_budget)
+    layout = verify_allocation_layout(b, k, max_budget)
+    if out is None:
+        out = empty_outputs(VerifyAllocation, layout, device)  # type: ignore[assignment]
+    else:
+        check_outputs(out, VerifyAllocation, layout, device)
+    assert out is not None
+    run(VerifyBudgetArgs(survival, total_budget, capacities, max_budget), out)
+    return out
 
 
 def _check_values(
@@ -143,61 +198,3 @@ def _check_values(
         if bool(out.any()):
             i = int(out.nonzero()[0, 0])
             raise ValueError(f"capacities must be in [0, K={k}]; got capacities[{i}] = {int(capacities[i])}")
-
-
-def index_length(num_reqs: int, k: int, max_budget: int) -> int:
-    """Length of ``draft_index``: never more slots than exist, never more than the budget's bound."""
-    return min(max_budget, num_reqs * k)
-
-
-def finish_allocation(num_drafts: torch.Tensor, admitted_dest: torch.Tensor, length: int) -> VerifyAllocation:
-    """Offsets and gather indices from per-request counts, with no host read.
-
-    ``admitted_dest [B, K]`` int64: the draft_index slot of each admitted (b, i), ``length`` for the others.
-    """
-    b, k = admitted_dest.shape
-    device = num_drafts.device
-    num_drafts = num_drafts.to(torch.int32)
-    query_lens = num_drafts + 1
-    query_start_loc = torch.zeros(b + 1, dtype=torch.int32, device=device)
-    query_start_loc[1:] = torch.cumsum(query_lens, dim=0)
-    flat = torch.arange(b * k, dtype=torch.int32, device=device)
-    index = torch.full((length + 1,), -1, dtype=torch.int32, device=device)
-    index.scatter_(0, admitted_dest.reshape(-1), flat)  # non-admitted slots all land on the spare last entry
-    index = index[:length].clone()
-    return VerifyAllocation(num_drafts, query_lens, query_start_loc, index)
-
-
-def allocate_verify_budget_reference(
-    survival: torch.Tensor,
-    total_budget: int | torch.Tensor,
-    capacities: torch.Tensor | None,
-    max_budget: int,
-) -> VerifyAllocation:
-    """One stable sort of the B*K keys; no host read (the budget stays a tensor when it is one)."""
-    b, k = survival.shape
-    device = survival.device
-    key = torch.nan_to_num(survival.float(), nan=0.0).clamp(0.0, 1.0)
-    # Rank a slot no better than its predecessors: admitted sets are prefixes by construction.
-    key = torch.cummin(key, dim=1).values
-    pos = torch.arange(k, device=device)
-    cap = torch.full((b,), k, device=device) if capacities is None else capacities.to(torch.int64).clamp(0, k)
-    eligible = pos[None, :] < cap[:, None]
-    key = torch.where(eligible, key, -1.0)
-    # Stable descending sort: equal keys keep the flat order b*K + i, i.e. lower request, then lower position.
-    order = torch.sort(key.reshape(-1), descending=True, stable=True).indices
-    elig_sorted = eligible.reshape(-1)[order]
-    rank = torch.cumsum(elig_sorted.to(torch.int64), dim=0)  # 1-based rank among eligible slots
-    if isinstance(total_budget, torch.Tensor):
-        budget = total_budget.to(device=device, dtype=torch.int64).clamp(0, max_budget)
-    else:
-        budget = min(total_budget, max_budget)
-    admit_sorted = elig_sorted & (rank <= budget)
-    admitted = torch.zeros(b * k, dtype=torch.bool, device=device)
-    admitted.scatter_(0, order, admit_sorted)
-    admitted = admitted.view(b, k)
-    num_drafts = admitted.sum(dim=1)
-    starts = torch.cumsum(num_drafts, dim=0) - num_drafts
-    length = index_length(b, k, max_budget)
-    dest = torch.where(admitted, starts[:, None] + pos[None, :], length)
-    return finish_allocation(num_drafts, dest, length)

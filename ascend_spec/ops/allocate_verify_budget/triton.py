@@ -1,7 +1,7 @@
 """Triton kernel for verify-budget allocation: threshold search instead of a global sort, one launch, no host read.
 
-Imported lazily from :mod:`ascend_spec.ops.allocate_verify_budget`. One program walks the [B, K] slots in [BLOCK_B, BLOCK_K]
-tiles (B*K is small: 256 x 16 = 4096 slots in the seed's batch):
+Imported lazily by the dispatch. One program walks the [B, K] slots in [BLOCK_B, BLOCK_K] tiles (B*K is small:
+256 x 16 = 4096 slots at the batch of Huawei's talk on DFlash and DSpark in vLLM):
 
 1. key pass: survival -> fp32, NaN -> 0, clamp to [0, 1], running minimum along K (``tl.associative_scan``),
    then the float's bit pattern as int32 (non-negative floats order like their bits); ineligible slots
@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ascend_spec.ops.allocate_verify_budget import VerifyAllocation, index_length
+from ascend_spec.ops.allocate_verify_budget import VerifyAllocation, VerifyBudgetArgs
 
 ONE_BITS: tl.constexpr = tl.constexpr(0x3F800000)  # bit pattern of 1.0f, the largest key
 
@@ -143,39 +143,29 @@ def _allocate_kernel(
         )
 
 
-def allocate_verify_budget_triton(
-    survival: torch.Tensor,
-    total_budget: int | torch.Tensor,
-    capacities: torch.Tensor | None,
-    max_budget: int,
-) -> VerifyAllocation:
+def allocate_verify_budget(args: VerifyBudgetArgs, out: VerifyAllocation) -> None:
+    survival, capacities, budget = args.survival, args.capacities, args.total_budget
     b, k = survival.shape
-    device = survival.device
-    length = index_length(b, k, max_budget)
-    num_drafts = torch.empty(b, dtype=torch.int32, device=device)
-    query_lens = torch.empty(b, dtype=torch.int32, device=device)
-    qsl = torch.empty(b + 1, dtype=torch.int32, device=device)
-    index = torch.empty(length, dtype=torch.int32, device=device)
-    scratch = torch.empty(b, k, dtype=torch.int32, device=device)
-    in_memory = isinstance(total_budget, torch.Tensor)
+    scratch = torch.empty(b, k, dtype=torch.int32, device=survival.device)
+    in_memory = isinstance(budget, torch.Tensor)  # the kernel loads it in its own int dtype
     block_k = triton.next_power_of_2(k)
     block_b = max(1, min(triton.next_power_of_2(b), 4096 // block_k))
     _allocate_kernel[(1,)](
         survival,
-        capacities if capacities is not None else num_drafts,  # unused pointer when HAS_CAP is False
-        total_budget if in_memory else num_drafts,  # unused pointer when the budget is an int
+        capacities if capacities is not None else out.num_drafts,  # unused pointer when HAS_CAP is False
+        budget if in_memory else out.num_drafts,  # unused pointer when the budget is an int
         scratch,
-        num_drafts,
-        query_lens,
-        qsl,
-        index,
-        0 if in_memory else min(int(total_budget), max_budget),
-        min(max_budget, b * k),
+        out.num_drafts,
+        out.query_lens,
+        out.query_start_loc,
+        out.draft_index,
+        args.budget_value,
+        min(args.max_budget, b * k),
         b,
         k,
         survival.stride(0),
         survival.stride(1),
-        length,
+        args.index_length,
         HAS_CAP=capacities is not None,
         BUDGET_IN_MEMORY=in_memory,
         BLOCK_B=block_b,
@@ -183,4 +173,3 @@ def allocate_verify_budget_triton(
         BLOCK_L=1024,
         num_warps=4,
     )
-    return VerifyAllocation(num_drafts, query_lens, qsl, index)

@@ -32,16 +32,46 @@ the merge turns into confidence 0.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-from ascend_spec.backend import resolve_backend, value_checks_enabled
-from ascend_spec.checks import FLOAT_DTYPES, check_tensor
+from ascend_spec.backend import dispatch
+from ascend_spec.checks import FLOAT_DTYPES, check_out_tensor, check_outputs, check_tensor, empty_outputs
 
 OP = "max_softmax_confidence"
-# Reference workspace: 2^20 fp32 elements = 4 MiB (1/128 of the 512 MiB softmax of the seed shape). Chunks this
-# big keep the per-chunk op count (4-5 torch ops) low, which matters on CPU, and still sit in a 32 MiB L3.
+PARTIALS_OP = "max_softmax_partials"
+# Reference workspace: 2^20 fp32 elements = 4 MiB (1/128 of the 512 MiB softmax at N = 1024, V = 131072). Chunks
+# this big keep the per-chunk op count (4-5 torch ops) low, which matters on CPU, and still sit in a 32 MiB L3.
 REFERENCE_CHUNK_ELEMS = 1 << 20
+
+
+class MaxSoftmaxPartials(NamedTuple):
+    """Per-row partials of one vocabulary shard, both float32 [N] (a tuple: ``m, s = max_softmax_partials(x)``)."""
+
+    row_max: torch.Tensor
+    row_sumexp: torch.Tensor
+
+
+@dataclass(frozen=True)
+class MaxSoftmaxArgs:
+    """The partials' arguments after checks: what every backend takes (csrc mirror: ``MaxSoftmaxConfidenceArgs``
+    in csrc/kernels/max_softmax_confidence_tiling.h)."""
+
+    logits: torch.Tensor  # [N, V] fp32/bf16/fp16, any strides, V >= 1
+    temperature: float  # finite, > 0
+
+
+def empty_max_softmax_partials(
+    num_rows: int, *, device: torch.device | str | None = None
+) -> MaxSoftmaxPartials:
+    """Uninitialised outputs for ``max_softmax_partials(..., out=)``, allocated once and reused by the caller."""
+    return empty_outputs(MaxSoftmaxPartials, _layout(num_rows), device)  # type: ignore[return-value]
+
+
+def _layout(num_rows: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    return {"row_max": ((num_rows,), torch.float32), "row_sumexp": ((num_rows,), torch.float32)}
 
 
 def _check_temperature(temperature: object) -> float:
@@ -61,99 +91,82 @@ def _check_logits(name: str, logits: object) -> torch.Tensor:
     return logits
 
 
-def finalize_confidence(row_sumexp: torch.Tensor) -> torch.Tensor:
-    """``1 / sum`` where the sum is valid, else 0.
+def finalize_confidence(row_sumexp: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``1 / sum`` where the sum is valid, else 0 (into ``out`` when given).
 
     A valid row's sum is >= 1 (its max term is exp(0) = 1 exactly); NaN (NaN or +inf logits) and 0 (all -inf)
     are the broken cases and map to 0.
     """
     ok = row_sumexp >= 1.0
-    return torch.where(ok, 1.0 / torch.where(ok, row_sumexp, 1.0), 0.0)
-
-
-def max_softmax_partials_reference(
-    logits: torch.Tensor, temperature: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(row max logit, sum exp((z - max) / T)) in fp32, row chunk by row chunk through one bounded workspace."""
-    n, v = logits.shape
-    device = logits.device
-    row_max = torch.empty(n, dtype=torch.float32, device=device)
-    row_sum = torch.empty(n, dtype=torch.float32, device=device)
-    if n == 0:
-        return row_max, row_sum
-    rows = max(1, min(n, REFERENCE_CHUNK_ELEMS // v))
-    work = torch.empty(rows, v, dtype=torch.float32, device=device)
-    inv_t = 1.0 / temperature
-    for start in range(0, n, rows):  # one iteration per chunk of rows, never per token
-        x = logits[start : start + rows]
-        w = work[: x.shape[0]]
-        m = row_max[start : start + rows]
-        if x.dtype == torch.float32:
-            torch.amax(x, dim=-1, out=m)
-            torch.sub(x, m.unsqueeze(-1), out=w)
-        else:  # upcast into the workspace first (a mixed-dtype sub would allocate its own fp32 temporary)
-            w.copy_(x)
-            torch.amax(w, dim=-1, out=m)
-            w.sub_(m.unsqueeze(-1))
-        if inv_t != 1.0:
-            w.mul_(inv_t)
-        w.exp_()
-        torch.sum(w, dim=-1, out=row_sum[start : start + rows])
-    # An all -inf row computed exp(-inf - -inf) = NaN; it holds no probability mass: (-inf, 0).
-    row_sum.masked_fill_(row_max == float("-inf"), 0.0)
-    return row_max, row_sum
+    inverse = torch.where(ok, row_sumexp, 1.0).reciprocal_()
+    if out is None:
+        return torch.where(ok, inverse, 0.0)
+    return torch.where(ok, inverse, 0.0, out=out)
 
 
 def _partials(
-    logits: torch.Tensor, temperature: float, backend: str, op: str
-) -> tuple[torch.Tensor, torch.Tensor]:
-    which = resolve_backend(backend, logits.device, op=op)
-    if which == "reference":
-        return max_softmax_partials_reference(logits, temperature)
-    if which == "triton":
-        from ascend_spec.ops.max_softmax_confidence.triton import max_softmax_partials_triton
-
-        return max_softmax_partials_triton(logits, temperature)
-    from ascend_spec.ops.max_softmax_confidence.ascendc import max_softmax_partials_ascendc
-
-    return max_softmax_partials_ascendc(logits, temperature)
+    logits: torch.Tensor, temperature: float, backend: str, caller: str, out: MaxSoftmaxPartials | None
+) -> MaxSoftmaxPartials:
+    run = dispatch(PARTIALS_OP, backend, logits.device, caller=caller)
+    layout = _layout(logits.shape[0])
+    if out is None:
+        out = empty_outputs(MaxSoftmaxPartials, layout, logits.device)  # type: ignore[assignment]
+    else:
+        check_outputs(out, MaxSoftmaxPartials, layout, logits.device)
+    assert out is not None
+    if logits.shape[0]:
+        run(MaxSoftmaxArgs(logits, temperature), out)
+    return out
 
 
 def max_softmax_confidence(
-    logits: torch.Tensor, *, temperature: float = 1.0, backend: str = "auto"
+    logits: torch.Tensor, *, temperature: float = 1.0, backend: str = "auto", out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Top probability of ``softmax(logits / temperature)`` per row, float32 [N], without an N x V temporary.
 
     ``logits [N, V]`` fp32/bf16/fp16, any strides. Accumulation is fp32. Non-finite logits: module docstring.
-    Reference temporary memory: ``4 * max(REFERENCE_CHUNK_ELEMS, V)`` bytes + O(N).
+    ``out`` (float32 [N], contiguous) receives the result and is returned. Reference temporary memory:
+    ``4 * max(REFERENCE_CHUNK_ELEMS, V)`` bytes + O(N).
     """
     _check_logits("logits", logits)
     t = _check_temperature(temperature)
-    _, row_sum = _partials(logits, t, backend, OP)
-    return finalize_confidence(row_sum)
+    if out is not None:
+        check_out_tensor(out, (logits.shape[0],), torch.float32, logits.device)
+    _, row_sum = _partials(logits, t, backend, OP, None)
+    return finalize_confidence(row_sum, out)
 
 
 def max_softmax_partials(
-    logits_shard: torch.Tensor, *, temperature: float = 1.0, backend: str = "auto"
-) -> tuple[torch.Tensor, torch.Tensor]:
+    logits_shard: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    backend: str = "auto",
+    out: MaxSoftmaxPartials | None = None,
+) -> MaxSoftmaxPartials:
     """Per-row ``(row_max, row_sumexp)`` of one vocabulary shard, both float32 [N].
 
     ``row_max`` is the largest logit of the shard, ``row_sumexp = sum_v exp((z_v - row_max) / T)``. An all
     ``-inf`` row gives ``(-inf, 0)``; a row with NaN or ``+inf`` gives a NaN sum (its ``row_max`` is then
-    unspecified). Combine shards with :func:`merge_max_softmax_partials`.
+    unspecified). Combine shards with :func:`merge_max_softmax_partials`. ``out`` (from
+    :func:`empty_max_softmax_partials`) receives both and is returned.
     """
     _check_logits("logits_shard", logits_shard)
     t = _check_temperature(temperature)
-    return _partials(logits_shard, t, backend, "max_softmax_partials")
+    return _partials(logits_shard, t, backend, PARTIALS_OP, out)
 
 
 def merge_max_softmax_partials(
-    row_max: torch.Tensor, row_sumexp: torch.Tensor, *, temperature: float = 1.0
+    row_max: torch.Tensor,
+    row_sumexp: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Confidence [N] from S shards' partials ``row_max [S, N]``, ``row_sumexp [S, N]`` (fp32).
 
     ``M = max_s m_s``, ``S = sum_s s_s * exp((m_s - M) / T)``, ``c = 1 / S`` (0 for broken rows). O(S * N)
-    elementwise tensor ops: the same code on every device, no kernel and no host sync.
+    elementwise tensor ops: the same code on every device, no kernel and no host sync. ``out`` (float32 [N])
+    receives the result.
     """
     check_tensor("row_max", row_max, ndim=2, dtypes=(torch.float32,))
     check_tensor(
@@ -162,10 +175,12 @@ def merge_max_softmax_partials(
     if row_max.shape[0] == 0:
         raise ValueError(f"row_max must hold at least one shard; got shape {list(row_max.shape)}")
     t = _check_temperature(temperature)
+    if out is not None:
+        check_out_tensor(out, (row_max.shape[1],), torch.float32, row_max.device)
     big_m = row_max.amax(dim=0)
     safe_m = torch.where(big_m == float("-inf"), 0.0, big_m)  # all shards -inf: exp(-inf - 0) = 0, not NaN
     scale = torch.exp((row_max - safe_m) * (1.0 / t))
-    return finalize_confidence((row_sumexp * scale).sum(dim=0))
+    return finalize_confidence((row_sumexp * scale).sum(dim=0), out)
 
 
 def vocab_parallel_max_softmax_confidence(
@@ -174,11 +189,13 @@ def vocab_parallel_max_softmax_confidence(
     *,
     temperature: float = 1.0,
     backend: str = "auto",
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Max-softmax confidence [N] of vocabulary-sharded logits; every rank of ``group`` gets the full answer.
 
     Each rank passes its ``[N, V_rank]`` shard (shards may differ in width). One ``all_gather`` moves 2 floats
-    per row per rank (8 bytes x N), never logits. No host sync beyond the collective itself.
+    per row per rank (8 bytes x N), never logits. No host sync beyond the collective itself. ``out`` (float32
+    [N]) receives the result.
     """
     import torch.distributed as dist
 
@@ -186,39 +203,14 @@ def vocab_parallel_max_softmax_confidence(
     t = _check_temperature(temperature)
     if not (dist.is_available() and dist.is_initialized()):
         raise ValueError("group: torch.distributed is not initialised (call init_process_group first)")
-    m, s = _partials(logits_shard, t, backend, "vocab_parallel_max_softmax_confidence")
+    if out is not None:
+        check_out_tensor(out, (logits_shard.shape[0],), torch.float32, logits_shard.device)
+    m, s = _partials(logits_shard, t, backend, "vocab_parallel_max_softmax_confidence", None)
     world = dist.get_world_size(group)
     mine = torch.stack((m, s))
     gathered = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(gathered, mine, group=group)
     both = torch.stack(gathered)  # [S, 2, N]
-    return merge_max_softmax_partials(both[:, 0].contiguous(), both[:, 1].contiguous(), temperature=t)
-
-
-def head_confidence(head_logits: torch.Tensor) -> torch.Tensor:
-    """DSpark's confidence head: ``sigmoid(h)`` in float32, any shape; NaN logits give 0 (never win budget).
-
-    One elementwise tensor op: the same code on every device, no kernel needed.
-    """
-    check_tensor("head_logits", head_logits, dtypes=FLOAT_DTYPES)
-    c = torch.sigmoid(head_logits.float())
-    return torch.nan_to_num(c, nan=0.0)
-
-
-def survival_probs(conf: torch.Tensor) -> torch.Tensor:
-    """Survival ``p_{b,i} = c_{b,1} * ... * c_{b,i}`` (cumulative product along K), float32 [B, K].
-
-    ``conf [B, K]`` holds probabilities in [0, 1]; with value checks on, anything else (NaN included) is a
-    ValueError. The result is non-increasing along K even in floating point (rounding is monotone and each
-    factor is <= 1), which is what makes a request's admitted verify slots a prefix.
-    """
-    check_tensor("conf", conf, ndim=2, dtypes=FLOAT_DTYPES)
-    if conf.shape[1] == 0:
-        raise ValueError(f"conf must have K >= 1 positions; got shape {list(conf.shape)}")
-    c = conf.float()
-    if value_checks_enabled(c.device) and c.numel():
-        bad = ~((c >= 0.0) & (c <= 1.0))
-        if bool(bad.any()):
-            b, k = (int(i) for i in bad.nonzero()[0])
-            raise ValueError(f"conf must hold probabilities in [0, 1]; got conf[{b}, {k}] = {float(c[b, k])}")
-    return torch.cumprod(c, dim=1)
+    return merge_max_softmax_partials(
+        both[:, 0].contiguous(), both[:, 1].contiguous(), temperature=t, out=out
+    )

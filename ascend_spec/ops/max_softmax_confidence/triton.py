@@ -1,6 +1,6 @@
 """Triton kernel for max-softmax partials: one pass over [N, V] logits with a running (max, sum) per row.
 
-Imported lazily from :mod:`ascend_spec.ops.max_softmax_confidence` (``TRITON_INTERPRET`` is read when ``@triton.jit`` runs).
+Imported lazily by the dispatch (``TRITON_INTERPRET`` is read when ``@triton.jit`` runs).
 Each program owns BLOCK_N rows and walks the vocabulary in BLOCK_V tiles: per tile one max reduction, one exp per
 element, and a rescale of the running sum by ``exp((m_old - m_new) / T)``. Logits are loaded in their own dtype
 and upcast to fp32 in registers; nothing of size N x V is written.
@@ -8,11 +8,11 @@ and upcast to fp32 in registers; nothing of size N x V is written.
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from ascend_spec.backend import triton_interpret_enabled
+from ascend_spec.ops.max_softmax_confidence import MaxSoftmaxArgs, MaxSoftmaxPartials
 
 
 @triton.jit
@@ -58,27 +58,21 @@ def _blocks(n_cols: int) -> tuple[int, int]:
     return block_n, block_v
 
 
-def max_softmax_partials_triton(
-    logits: torch.Tensor, temperature: float
-) -> tuple[torch.Tensor, torch.Tensor]:
+def max_softmax_partials(args: MaxSoftmaxArgs, out: MaxSoftmaxPartials) -> None:
+    logits = args.logits
     n, v = logits.shape
-    row_max = torch.empty(n, dtype=torch.float32, device=logits.device)
-    row_sum = torch.empty(n, dtype=torch.float32, device=logits.device)
-    if n == 0:
-        return row_max, row_sum
     block_n, block_v = _blocks(v)
     grid = (triton.cdiv(n, block_n),)
     _max_softmax_partials_kernel[grid](
         logits,
-        row_max,
-        row_sum,
+        out.row_max,
+        out.row_sumexp,
         n,
         v,
         logits.stride(0),
         logits.stride(1),
-        1.0 / temperature,
+        1.0 / args.temperature,
         BLOCK_N=block_n,
         BLOCK_V=block_v,
         num_warps=8 if block_n * block_v >= 4096 else 4,
     )
-    return row_max, row_sum

@@ -37,24 +37,25 @@ are int64; ``query_start_loc``, ``seq_lens`` and ``context_start_loc`` are int32
 The context outputs have ``sum(context_lens)`` rows, a size only the device knows; reading it costs the one
 host sync of this op (none when ``context_lens`` is None). Value checks (``ASCEND_SPEC_CHECKS``) add one
 more.
+
+This package holds the contract (:class:`BlockSlots`, :class:`BlockSlotsArgs`), the argument and value checks
+and the dispatch; ``reference.py``, ``triton.py`` and ``ascendc.py`` next to it implement the op, each as
+``prepare_block_slots(args, out)``. Derivations and measurements: docs/prepare_block_slots.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from ascend_spec.backend import resolve_backend, value_checks_enabled
-from ascend_spec.checks import INDEX_DTYPES, check_positive_int, check_tensor
+from ascend_spec.backend import dispatch, value_checks_enabled
+from ascend_spec.checks import INDEX_DTYPES, Layout, check_int, check_outputs, check_tensor, empty_outputs
 
 OP = "prepare_block_slots"
 INT32_MAX = 2**31 - 1
 _ID_LIMITS = {torch.int32: 2**31 - 1, torch.int64: 2**63 - 1}
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,78 @@ class BlockSlots:
         return self.seq_lens.numel()
 
 
+@dataclass(frozen=True)
+class BlockSlotsArgs:
+    """The op's arguments after checks and normalisation: what every backend takes (csrc mirror:
+    ``PrepareBlockSlotsArgs`` in csrc/kernels/prepare_block_slots_tiling.h)."""
+
+    anchor_token_ids: torch.Tensor  # [B] int32/int64, contiguous
+    anchor_positions: torch.Tensor  # [B] int64, contiguous
+    block_table: torch.Tensor  # [B, M] int32
+    rope_positions: torch.Tensor | None  # None, [B] or [3, B] int64, contiguous
+    context_lens: torch.Tensor | None  # None or [B] int64, contiguous
+    block_size: int
+    num_query_tokens: int  # Q
+    mask_token_id: int
+    sample_from_anchor: bool
+    num_padded_reqs: int  # R >= B
+    total_context: int  # sum(context_lens), negatives counted as 0: the context outputs' rows
+
+    @property
+    def num_reqs(self) -> int:
+        return self.anchor_positions.shape[0]
+
+    @property
+    def mrope(self) -> bool:
+        return self.rope_positions is not None and self.rope_positions.dim() == 2
+
+
+def block_slots_layout(
+    num_reqs: int,
+    *,
+    num_query_tokens: int,
+    sample_from_anchor: bool = False,
+    num_padded_reqs: int | None = None,
+    mrope: bool = False,
+    total_context: int = 0,
+    id_dtype: torch.dtype = torch.int64,
+) -> Layout:
+    """Shape and dtype of every :class:`BlockSlots` field (one definition for allocation and ``out=`` checks)."""
+    b, q = num_reqs, num_query_tokens
+    r = b if num_padded_reqs is None else num_padded_reqs
+    lead = (3,) if mrope else ()
+    i64, i32 = torch.int64, torch.int32
+    return {
+        "input_ids": ((r * q,), id_dtype),
+        "positions": ((*lead, r * q), i64),
+        "slot_mapping": ((r * q,), i64),
+        "query_start_loc": ((r + 1,), i32),
+        "seq_lens": ((r,), i32),
+        "sample_indices": ((b * (q if sample_from_anchor else q - 1),), i64),
+        "context_slot_mapping": ((total_context,), i64),
+        "context_positions": ((*lead, total_context), i64),
+        "context_start_loc": ((b + 1,), i32),
+    }
+
+
+def empty_block_slots(num_reqs: int, *, device: torch.device | str | None = None, **sizes: Any) -> BlockSlots:
+    """Uninitialised outputs for ``prepare_block_slots(..., out=)``, allocated once and reused by the caller.
+
+    ``sizes`` are :func:`block_slots_layout`'s keywords (``num_query_tokens``, ``sample_from_anchor``,
+    ``num_padded_reqs``, ``mrope``, ``total_context``, ``id_dtype``); the context outputs have ``total_context``
+    rows, so a reused ``out`` fits calls with that many context tokens.
+    """
+    return empty_outputs(BlockSlots, block_slots_layout(num_reqs, **sizes), device)  # type: ignore[return-value]
+
+
+def _args_layout(args: BlockSlotsArgs) -> Layout:
+    return block_slots_layout(
+        args.num_reqs, num_query_tokens=args.num_query_tokens, sample_from_anchor=args.sample_from_anchor,
+        num_padded_reqs=args.num_padded_reqs, mrope=args.mrope, total_context=args.total_context,
+        id_dtype=args.anchor_token_ids.dtype,
+    )  # fmt: skip
+
+
 def prepare_block_slots(
     anchor_token_ids: torch.Tensor,
     anchor_positions: torch.Tensor,
@@ -93,23 +166,25 @@ def prepare_block_slots(
     context_lens: torch.Tensor | None = None,
     num_padded_reqs: int | None = None,
     backend: str = "auto",
+    out: BlockSlots | None = None,
 ) -> BlockSlots:
     """Prepare the drafter's block inputs for B requests of Q query tokens (semantics: module docstring).
 
     ``anchor_token_ids [B]``, ``anchor_positions [B]`` (int32/int64), ``block_table [B, M]`` int32,
     ``rope_positions`` None / ``[B]`` / ``[3, B]`` (mrope), ``context_lens`` None / ``[B]``;
     ``num_query_tokens`` is K+1 for DFlash, K for DSpark (``sample_from_anchor=True``); ``num_padded_reqs``
-    R >= B pads for graph replay. Shape/dtype/device errors always raise ValueError; value errors (a block
-    past the table, a negative page id under a token, negative positions or lengths) raise ValueError naming
-    the request when :func:`~ascend_spec.backend.value_checks_enabled`.
+    R >= B pads for graph replay. ``out`` (from :func:`empty_block_slots`, shapes of this call) receives every
+    output and is returned; without it the outputs are allocated. Shape/dtype/device errors always raise
+    ValueError; value errors (a block past the table, a negative page id under a token, negative positions or
+    lengths) raise ValueError naming the request when :func:`~ascend_spec.backend.value_checks_enabled`.
     """
     check_tensor("anchor_positions", anchor_positions, ndim=1, dtypes=INDEX_DTYPES)
     device = anchor_positions.device
     num_reqs = anchor_positions.shape[0]
     check_tensor("anchor_token_ids", anchor_token_ids, dtypes=INDEX_DTYPES, device=device, shape=(num_reqs,))
     check_tensor("block_table", block_table, dtypes=(torch.int32,), device=device, shape=(num_reqs, None))
-    block_size = check_positive_int("block_size", block_size)
-    q = check_positive_int("num_query_tokens", num_query_tokens)
+    block_size = check_int("block_size", block_size, minimum=1)
+    q = check_int("num_query_tokens", num_query_tokens, minimum=1)
     if not isinstance(sample_from_anchor, bool):
         raise ValueError(f"sample_from_anchor must be a bool; got {sample_from_anchor!r}")
     if q < 2 and not sample_from_anchor:
@@ -118,17 +193,25 @@ def prepare_block_slots(
             f"got {q}"
         )
     limit = _ID_LIMITS[anchor_token_ids.dtype]
-    if not _is_int(mask_token_id) or not 0 <= mask_token_id <= limit:
+    try:
+        mask = check_int("mask_token_id", mask_token_id)
+    except ValueError:
+        mask = None
+    if mask is None or not 0 <= mask <= limit:
         raise ValueError(
             f"mask_token_id must be an int in [0, {limit}] (input_ids are {anchor_token_ids.dtype}); "
             f"got {mask_token_id!r}"
         )
+    mask_token_id = mask
     if num_padded_reqs is None:
         num_padded_reqs = num_reqs
-    elif not _is_int(num_padded_reqs) or num_padded_reqs < num_reqs:
-        raise ValueError(
-            f"num_padded_reqs must be an int >= the number of requests ({num_reqs}); got {num_padded_reqs!r}"
-        )
+    else:
+        try:
+            num_padded_reqs = check_int("num_padded_reqs", num_padded_reqs, minimum=num_reqs)
+        except ValueError:
+            raise ValueError(
+                f"num_padded_reqs must be an int >= the number of requests ({num_reqs}); got {num_padded_reqs!r}"
+            ) from None
     if rope_positions is not None:
         check_tensor("rope_positions", rope_positions, ndim=(1, 2), dtypes=INDEX_DTYPES, device=device)
         want = (num_reqs,) if rope_positions.dim() == 1 else (3, num_reqs)
@@ -140,179 +223,65 @@ def prepare_block_slots(
     anchor_positions = anchor_positions.to(torch.int64).contiguous()
     anchor_token_ids = anchor_token_ids.contiguous()
 
-    which = resolve_backend(backend, device, op=OP)
+    run = dispatch(OP, backend, device)
+    sums, total = _context_sums(context_lens, num_reqs)
+    args = BlockSlotsArgs(
+        anchor_token_ids=anchor_token_ids, anchor_positions=anchor_positions, block_table=block_table,
+        rope_positions=rope_positions, context_lens=context_lens, block_size=block_size, num_query_tokens=q,
+        mask_token_id=mask_token_id, sample_from_anchor=sample_from_anchor, num_padded_reqs=num_padded_reqs,
+        total_context=total,
+    )  # fmt: skip
     if value_checks_enabled(device):
-        _check_values(
-            anchor_token_ids, anchor_positions, block_table, block_size, q, rope_positions, context_lens
-        )
-    kwargs = dict(
-        anchor_token_ids=anchor_token_ids,
-        anchor_positions=anchor_positions,
-        block_table=block_table,
-        rope_positions=rope_positions,
-        context_lens=context_lens,
-        block_size=block_size,
-        num_query_tokens=q,
-        mask_token_id=mask_token_id,
-        sample_from_anchor=sample_from_anchor,
-        num_padded_reqs=num_padded_reqs,
-    )
-    if which == "reference":
-        return block_slots_reference(**kwargs)
-    if which == "triton":
-        from ascend_spec.ops.prepare_block_slots.triton import prepare_block_slots_triton
-
-        return prepare_block_slots_triton(**kwargs)
-    from ascend_spec.ops.prepare_block_slots.ascendc import prepare_block_slots_ascendc
-
-    return prepare_block_slots_ascendc(**kwargs)
+        _check_values(args)
+    layout = _args_layout(args)
+    if out is None:
+        out = empty_outputs(BlockSlots, layout, device)  # type: ignore[assignment]
+    else:
+        check_outputs(out, BlockSlots, layout, device)
+    assert out is not None
+    out.context_start_loc[0] = 0
+    if sums is None:
+        out.context_start_loc.zero_()
+    else:
+        out.context_start_loc[1:] = sums
+    if num_padded_reqs == 0:  # nothing for a kernel to do: every output but the offsets is empty
+        out.query_start_loc.zero_()
+        return out
+    run(args, out)
+    return out
 
 
-def context_start_loc_and_total(
-    context_lens: torch.Tensor | None, num_reqs: int, device: torch.device
-) -> tuple[torch.Tensor, int]:
-    """Exclusive prefix sums [B+1] int32 of the context lengths (negative ones count as 0) and their total.
+def _context_sums(context_lens: torch.Tensor | None, num_reqs: int) -> tuple[torch.Tensor | None, int]:
+    """Inclusive prefix sums [B] of the context lengths (negative ones count as 0) and their total.
 
-    Shared by every backend: the total sizes the context outputs, so it is the op's one host read.
+    The total sizes the context outputs, so it is the op's one host read.
     """
-    start = torch.zeros(num_reqs + 1, dtype=torch.int32, device=device)
     if context_lens is None or num_reqs == 0:
-        return start, 0
+        return None, 0
     sums = torch.cumsum(context_lens.clamp_min(0), 0)
     total = int(sums[-1])
     if total > INT32_MAX:
         raise ValueError(f"context_lens sum to {total} tokens, more than int32 context_start_loc can index")
-    start[1:] = sums
-    return start, total
+    return sums, total
 
 
-def empty_block_slots(
-    anchor_token_ids: torch.Tensor,
-    rope_positions: torch.Tensor | None,
-    *,
-    num_padded_reqs: int,
-    num_query_tokens: int,
-    sample_from_anchor: bool,
-    context_start_loc: torch.Tensor,
-    total: int,
-) -> BlockSlots:
-    """The outputs a kernel backend fills, with the shapes and dtypes of :class:`BlockSlots` (one definition
-    for every kernel backend). ``query_start_loc`` starts zeroed: with no padded rows it is the whole answer.
-    """
-    dev = anchor_token_ids.device
-    b, r, q = context_start_loc.numel() - 1, num_padded_reqs, num_query_tokens
-    lead = () if rope_positions is None or rope_positions.dim() == 1 else (3,)
-    return BlockSlots(
-        input_ids=torch.empty(r * q, dtype=anchor_token_ids.dtype, device=dev),
-        positions=torch.empty((*lead, r * q), dtype=torch.int64, device=dev),
-        slot_mapping=torch.empty(r * q, dtype=torch.int64, device=dev),
-        query_start_loc=torch.zeros(r + 1, dtype=torch.int32, device=dev),
-        seq_lens=torch.empty(r, dtype=torch.int32, device=dev),
-        sample_indices=torch.empty(b * (q if sample_from_anchor else q - 1), dtype=torch.int64, device=dev),
-        context_slot_mapping=torch.empty(total, dtype=torch.int64, device=dev),
-        context_positions=torch.empty((*lead, total), dtype=torch.int64, device=dev),
-        context_start_loc=context_start_loc,
-    )
-
-
-def _slots(
-    table: torch.Tensor, num_pages: int, row_base: torch.Tensor, pos: torch.Tensor, bs: int
-) -> torch.Tensor:
-    """slot = block_table[row, pos // bs] * bs + pos % bs, or -1 where the position cannot be placed.
-
-    ``table`` is the flattened block table and ``row_base = row * num_pages``. Lookups use ``index_select``:
-    CPU advanced indexing and ``repeat_interleave`` open an OpenMP region even for a few thousand elements,
-    which costs milliseconds on a loaded host.
-    """
-    if num_pages == 0:
-        return torch.full_like(pos, -1)
-    page_idx = torch.div(pos, bs, rounding_mode="floor")  # negative positions give negative page indices
-    clamped = page_idx.clamp(0, num_pages - 1)
-    page = table.index_select(0, row_base + clamped).to(torch.int64)
-    ok = (clamped == page_idx) & (page >= 0)
-    return torch.where(ok, page * bs + (pos - page_idx * bs), -1)
-
-
-def block_slots_reference(
-    *,
-    anchor_token_ids: torch.Tensor,
-    anchor_positions: torch.Tensor,
-    block_table: torch.Tensor,
-    rope_positions: torch.Tensor | None,
-    context_lens: torch.Tensor | None,
-    block_size: int,
-    num_query_tokens: int,
-    mask_token_id: int,
-    sample_from_anchor: bool,
-    num_padded_reqs: int,
-) -> BlockSlots:
-    """Vectorised PyTorch implementation (the oracle); arguments already validated and normalised.
-
-    Query and context tokens share one slot lookup: the B*Q query tokens first, then the context tokens.
-    """
-    dev = anchor_positions.device
-    b, r, q = anchor_positions.shape[0], num_padded_reqs, num_query_tokens
-    i = torch.arange(q, device=dev)
-    reqs = torch.arange(b, device=dev)
-    p = anchor_positions
-    rope = p if rope_positions is None else rope_positions  # [B] or [3, B]
-    lead = rope.shape[:-1]
-    num_pages = block_table.shape[1]
-
-    ctx_start, total = context_start_loc_and_total(context_lens, b, dev)
-    row_base = (reqs * num_pages)[:, None].expand(b, q).reshape(-1)
-    pos = (p[:, None] + i).reshape(-1)
-    if total:
-        ends = ctx_start[1:].to(torch.int64)
-        # request of each context token: how many requests 1..B-1 start at or before it
-        req = torch.cumsum(torch.bincount(ends[: b - 1], minlength=total + 1)[:total], 0)
-        back = ends.index_select(0, req) - torch.arange(total, device=dev)  # n_b - j, in 1..n_b
-        row_base = torch.cat([row_base, req * num_pages])
-        pos = torch.cat([pos, p.index_select(0, req) - back])
-        ctx_pos = rope.index_select(-1, req) - back
-    else:
-        ctx_pos = torch.empty((*lead, 0), dtype=torch.int64, device=dev)
-    slots = _slots(block_table.reshape(-1), num_pages, row_base, pos, block_size)
-
-    input_ids = torch.full((r, q), mask_token_id, dtype=anchor_token_ids.dtype, device=dev)
-    input_ids[:b, 0] = anchor_token_ids
-    positions = torch.zeros((*lead, r, q), dtype=torch.int64, device=dev)
-    positions[..., :b, :] = rope[..., None] + i
-    slot_mapping = torch.full((r * q,), -1, dtype=torch.int64, device=dev)
-    slot_mapping[: b * q] = slots[: b * q]
-    seq_lens = torch.zeros(r, dtype=torch.int32, device=dev)
-    seq_lens[:b] = p + q
-    query_start_loc = torch.arange(0, (r + 1) * q, q, dtype=torch.int32, device=dev)
-    first = 0 if sample_from_anchor else 1
-    sample_indices = (reqs[:, None] * q + i[first:]).reshape(-1)
-    return BlockSlots(
-        input_ids=input_ids.reshape(-1),
-        positions=positions.reshape(*lead, r * q),
-        slot_mapping=slot_mapping,
-        query_start_loc=query_start_loc,
-        seq_lens=seq_lens,
-        sample_indices=sample_indices,
-        context_slot_mapping=slots[b * q :],
-        context_positions=ctx_pos,
-        context_start_loc=ctx_start,
-    )
-
-
-def _check_values(
-    anchor_token_ids: torch.Tensor,
-    anchor_positions: torch.Tensor,
-    block_table: torch.Tensor,
-    block_size: int,
-    q: int,
-    rope_positions: torch.Tensor | None,
-    context_lens: torch.Tensor | None,
-) -> None:
+def _check_values(args: BlockSlotsArgs) -> None:
     """Value checks (host reads): one sync and few ops when all is well; else name the first bad request.
 
     Every rule is "some value < 0" (token id, context length, first context position, first context rope
     position, room left in the table and in int32 seq_lens) except the negative page ids under a token.
     """
-    p = anchor_positions
+    p, block_table, block_size, q = (
+        args.anchor_positions,
+        args.block_table,
+        args.block_size,
+        args.num_query_tokens,
+    )
+    anchor_token_ids, rope_positions, context_lens = (
+        args.anchor_token_ids,
+        args.rope_positions,
+        args.context_lens,
+    )
     b, num_pages = block_table.shape
     if b == 0:
         return
@@ -329,20 +298,22 @@ def _check_values(
         & (cols <= ((p + q - 1) // block_size)[:, None])
     )
     if bool((torch.cat(parts).min() < 0) | neg_page.any()):
-        _raise_value_error(anchor_token_ids, p, block_table, block_size, q, rope_positions, context_lens)
+        _raise_value_error(args)
 
 
-def _raise_value_error(
-    anchor_token_ids: torch.Tensor,
-    anchor_positions: torch.Tensor,
-    block_table: torch.Tensor,
-    block_size: int,
-    q: int,
-    rope_positions: torch.Tensor | None,
-    context_lens: torch.Tensor | None,
-) -> None:
+def _raise_value_error(args: BlockSlotsArgs) -> None:
     """The slow path of :func:`_check_values`: find the first bad rule and request, and say what is wrong."""
-    p = anchor_positions
+    p, block_table, block_size, q = (
+        args.anchor_positions,
+        args.block_table,
+        args.block_size,
+        args.num_query_tokens,
+    )
+    anchor_token_ids, rope_positions, context_lens = (
+        args.anchor_token_ids,
+        args.rope_positions,
+        args.context_lens,
+    )
     b, num_pages = block_table.shape
     n = torch.zeros_like(p) if context_lens is None else context_lens
     rope = p if rope_positions is None else rope_positions

@@ -9,11 +9,10 @@ launch: they size the outputs. Imported lazily: ``TRITON_INTERPRET`` is read whe
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
-from ascend_spec.ops.prepare_block_slots import BlockSlots, context_start_loc_and_total, empty_block_slots
+from ascend_spec.ops.prepare_block_slots import BlockSlots, BlockSlotsArgs
 
 _BLOCK_C = 64
 
@@ -107,61 +106,41 @@ def _prepare_block_slots_kernel(
             tl.store(out_pos_ptr + k * pos_stride + rows, tl.zeros([BLOCK_Q], tl.int64), mask=qmask)
 
 
-def prepare_block_slots_triton(
-    *,
-    anchor_token_ids: torch.Tensor,
-    anchor_positions: torch.Tensor,
-    block_table: torch.Tensor,
-    rope_positions: torch.Tensor | None,
-    context_lens: torch.Tensor | None,
-    block_size: int,
-    num_query_tokens: int,
-    mask_token_id: int,
-    sample_from_anchor: bool,
-    num_padded_reqs: int,
-) -> BlockSlots:
-    """Arguments already validated and normalised by the public op (int64 positions, rope, context_lens)."""
-    dev = anchor_positions.device
-    b, r, q = anchor_positions.shape[0], num_padded_reqs, num_query_tokens
-    rope_rows = 3 if rope_positions is not None and rope_positions.dim() == 2 else 1
-    ctx_start, total = context_start_loc_and_total(context_lens, b, dev)
-    out = empty_block_slots(
-        anchor_token_ids, rope_positions, num_padded_reqs=r, num_query_tokens=q,
-        sample_from_anchor=sample_from_anchor, context_start_loc=ctx_start, total=total,
-    )  # fmt: skip
-    if r > 0:
-        has_rope = rope_positions is not None
-        has_ctx = total > 0
-        _prepare_block_slots_kernel[(r,)](
-            anchor_token_ids,
-            anchor_positions,
-            rope_positions if has_rope else anchor_positions,
-            block_table,
-            context_lens if has_ctx else anchor_positions,
-            ctx_start,
-            out.input_ids,
-            out.positions,
-            out.slot_mapping,
-            out.query_start_loc,
-            out.seq_lens,
-            out.sample_indices,
-            out.context_slot_mapping,
-            out.context_positions,
-            b,
-            block_table.shape[1],
-            block_table.stride(0),
-            block_table.stride(1),
-            rope_positions.stride(0) if rope_rows == 3 else 0,
-            r * q,
-            total,
-            block_size,
-            mask_token_id,
-            Q=q,
-            BLOCK_Q=triton.next_power_of_2(q),
-            ROPE_ROWS=rope_rows,
-            HAS_ROPE=has_rope,
-            HAS_CTX=has_ctx,
-            SAMPLE_FROM_ANCHOR=sample_from_anchor,
-            BLOCK_C=_BLOCK_C,
-        )
-    return out
+def prepare_block_slots(args: BlockSlotsArgs, out: BlockSlots) -> None:
+    """One launch of R programs writing every output but ``context_start_loc`` (filled by the public op)."""
+    b, r, q = args.num_reqs, args.num_padded_reqs, args.num_query_tokens
+    rope = args.rope_positions
+    has_rope = rope is not None
+    has_ctx = args.total_context > 0
+    _prepare_block_slots_kernel[(r,)](
+        args.anchor_token_ids,
+        args.anchor_positions,
+        rope if has_rope else args.anchor_positions,
+        args.block_table,
+        args.context_lens if has_ctx else args.anchor_positions,
+        out.context_start_loc,
+        out.input_ids,
+        out.positions,
+        out.slot_mapping,
+        out.query_start_loc,
+        out.seq_lens,
+        out.sample_indices,
+        out.context_slot_mapping,
+        out.context_positions,
+        b,
+        args.block_table.shape[1],
+        args.block_table.stride(0),
+        args.block_table.stride(1),
+        rope.stride(0) if args.mrope else 0,
+        r * q,
+        args.total_context,
+        args.block_size,
+        args.mask_token_id,
+        Q=q,
+        BLOCK_Q=triton.next_power_of_2(q),
+        ROPE_ROWS=3 if args.mrope else 1,
+        HAS_ROPE=has_rope,
+        HAS_CTX=has_ctx,
+        SAMPLE_FROM_ANCHOR=args.sample_from_anchor,
+        BLOCK_C=_BLOCK_C,
+    )
