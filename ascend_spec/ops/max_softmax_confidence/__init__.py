@@ -98,10 +98,10 @@ def finalize_confidence(row_sumexp: torch.Tensor, out: torch.Tensor | None = Non
     are the broken cases and map to 0.
     """
     ok = row_sumexp >= 1.0
-    inverse = torch.where(ok, row_sumexp, 1.0).reciprocal_()
+    inverse = 1.0 / torch.where(ok, row_sumexp, 1.0)  # 1 on broken rows, so the product below is exactly 0
     if out is None:
-        return torch.where(ok, inverse, 0.0)
-    return torch.where(ok, inverse, 0.0, out=out)
+        return inverse.mul_(ok)
+    return torch.mul(inverse, ok, out=out)
 
 
 def _partials(
