@@ -15,6 +15,6 @@ import pytest  # noqa: E402
 from ascend_spec.backend import BACKENDS  # noqa: E402
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=BACKENDS, scope="session")  # session scope: hypothesis tests may use it
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param

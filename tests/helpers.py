@@ -10,9 +10,19 @@ from typing import Any
 import torch
 
 
-def assert_close(got: torch.Tensor, want: torch.Tensor, *, rtol: float = 0.0, atol: float = 0.0) -> None:
+def assert_close(
+    got: torch.Tensor,
+    want: torch.Tensor,
+    *,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+    dtype: torch.dtype | None = None,
+) -> None:
     """``|got - want| <= atol + rtol * |want|`` elementwise, compared in float64 (``want`` is usually a float64
-    oracle); shapes must match and NaN must face NaN. The message names the worst element."""
+    oracle); shapes must match, NaN must face NaN and, when given, ``got`` must have ``dtype``. The message names
+    the worst element."""
+    if dtype is not None:
+        assert got.dtype == dtype, f"dtype {got.dtype} != {dtype}"
     assert tuple(got.shape) == tuple(want.shape), f"shape {tuple(got.shape)} != {tuple(want.shape)}"
     g, w = got.double(), want.double()
     nan = g.isnan() | w.isnan()

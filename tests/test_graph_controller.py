@@ -102,7 +102,7 @@ def test_sync_plan_matches_brute_force_over_every_t(draft, verify, survival, q):
         assert plan.total_budget in ctl.candidates(b)
 
 
-def test_seed_split_4_3_1_gives_offsets_0_5_9_11():
+def test_talk_split_4_3_1_gives_offsets_0_5_9_11():
     survival = torch.tensor(
         [[0.9, 0.8, 0.7, 0.6, 0.1], [0.85, 0.75, 0.65, 0.2, 0.1], [0.5, 0.3, 0.2, 0.1, 0.05]]
     )
@@ -122,7 +122,7 @@ def test_seed_split_4_3_1_gives_offsets_0_5_9_11():
     assert plan.draft_index.tolist() == [0, 1, 2, 3, 5, 6, 7, 10]
 
 
-def test_seed_predict_total_10_12_10_is_11():
+def test_talk_predict_total_10_12_10_is_11():
     ctl = make({8: 1.0}, {8: 1.0}, 9, 9, mode="async")
     assert ctl.predict_total(4) == 36  # no history yet: verify everything (B * K)
     for t in (10, 12, 10):
@@ -276,9 +276,9 @@ def test_explain_thresholds_are_the_marginal_rule():
     assert "p_{k+1} > threshold" in text and "B=4" in text
 
 
-def test_seed_threshold_example():
-    """Seed: at BS=256 going from 5 to 9 candidates costs 230 -> 330, i.e. 25 per position; at C(8) = 305 the
-    9th position needs p_9 > G(8) * 25 / 305, which is the seed's 45% when G(8) = 5.49."""
+def test_talk_threshold_example():
+    """From the talk: at BS=256 going from 5 to 9 candidates costs 230 -> 330, i.e. 25 per position; at C(8) = 305 the
+    9th position needs p_9 > G(8) * 25 / 305, which is the talk's 45% when G(8) = 5.49."""
     b = 256
     verify = {b * (1 + i): 230.0 + 25.0 * (i - 5) for i in range(5, 10)}
     ctl = make({b * 9: 0.0}, verify, 9, 9)

@@ -38,17 +38,17 @@ def test_dynamic_dominates_on_shipped_configs(profile, curve):
         assert all(p.dynamic.tokens_per_s > 1.02 * p.best_fixed[1].tokens_per_s for p in big)
 
 
-def test_seed_figures_are_reproduced_by_the_shipped_profile():
+def test_talk_figures_are_reproduced_by_the_shipped_profile():
     profile = load_plan_profile(CONFIGS_DIR / "profiles" / "talk_ascend910b.json")
     (p256,) = evaluate(profile, load_curve(CONFIGS_DIR / "acceptance" / "dspark_talk.json"), [256])
-    assert p256.plain.tokens_per_s == pytest.approx(2411, rel=0.001)  # seed: target AR at BS=256
-    assert p256.fixed[9].tokens_per_s == pytest.approx(2614, rel=0.05)  # seed: DSpark fixed K=9
+    assert p256.plain.tokens_per_s == pytest.approx(2411, rel=0.001)  # talk: target AR at BS=256
+    assert p256.fixed[9].tokens_per_s == pytest.approx(2614, rel=0.05)  # talk: DSpark fixed K=9
     (e256,) = evaluate(profile, load_curve(CONFIGS_DIR / "acceptance" / "eagle3_talk.json"), [256])
-    assert e256.fixed[9].tokens_per_s < e256.plain.tokens_per_s  # seed: EAGLE-3 at K=9 below AR
+    assert e256.fixed[9].tokens_per_s < e256.plain.tokens_per_s  # talk: EAGLE-3 at K=9 below AR
     assert e256.dynamic.tokens_per_s > e256.plain.tokens_per_s  # the dynamic budget lifts it above AR
 
 
-def test_eagle3_curve_shape_matches_the_seed():
+def test_eagle3_curve_shape_matches_the_talk():
     curve = load_curve(CONFIGS_DIR / "acceptance" / "eagle3_talk.json")
     data = json.loads((CONFIGS_DIR / "acceptance" / "eagle3_talk.json").read_text())
     a = data["acceptance"]

@@ -1,4 +1,4 @@
-"""prepare_block_slots: every backend against a per-request Python oracle, the seed example, bad inputs."""
+"""prepare_block_slots: every backend against a per-request Python oracle, the talk's example, bad inputs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from ascend_spec.ops import BlockSlots, prepare_block_slots
 
-BACKENDS = ["reference", "triton", "ascendc"]
 FIELDS = (
     "input_ids",
     "positions",
@@ -188,7 +187,6 @@ def _check_case(backend: str, case: dict) -> None:
     assert_matches(out, want, case["id_dtype"])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @HYPOTHESIS
 @given(case=block_cases())
 def test_backends_match_oracle(backend: str, case: dict) -> None:
@@ -196,7 +194,6 @@ def test_backends_match_oracle(backend: str, case: dict) -> None:
     _check_case(backend, case)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @HYPOTHESIS
 @given(case=block_cases(valid=False))
 def test_checks_off_never_write_a_wrong_slot(backend: str, case: dict, monkeypatch) -> None:
@@ -205,9 +202,8 @@ def test_checks_off_never_write_a_wrong_slot(backend: str, case: dict, monkeypat
     _check_case(backend, case)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_seed_example(backend: str) -> None:
-    """Seed: page size 4, positions 4..7 -> slots 28..31 (physical page 7), position 8 -> slot 4 (page 1)."""
+def test_talk_example(backend: str) -> None:
+    """From the talk: page size 4, positions 4..7 -> slots 28..31 (physical page 7), position 8 -> slot 4 (page 1)."""
     out = run(backend, [11], [4], [3, 7, 1, 5], block_size=4, num_query_tokens=5, mask_token_id=99)
     assert out.slot_mapping.tolist() == [28, 29, 30, 31, 4]
     assert out.positions.tolist() == [4, 5, 6, 7, 8]
@@ -217,7 +213,6 @@ def test_seed_example(backend: str) -> None:
     assert out.sample_indices.tolist() == [1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_literal_padding_mrope_context(backend: str) -> None:
     """Hand-worked: DSpark (Q = K = 3), mrope rows unlike p_b, contexts crossing pages, 2 padding rows."""
     out = run(
@@ -254,7 +249,6 @@ def test_literal_padding_mrope_context(backend: str) -> None:
     assert (out.num_reqs, out.num_padded_reqs) == (2, 4)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_strided_inputs_and_all_padding(backend: str) -> None:
     """A column-sliced block table and int32 positions work; B = 0 with R = 2 gives only padding rows."""
     wide = torch.arange(24, dtype=torch.int32).reshape(2, 12)
@@ -422,7 +416,6 @@ def test_reference_reads_no_device_values_without_context(monkeypatch) -> None:
         prepare_block_slots(*args, context_lens=torch.zeros(3, **meta), **kw)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_empty_block_table(backend: str, monkeypatch) -> None:
     """M = 0 pages: nothing can be placed; checks on name the request, checks off write -1 everywhere."""
     args = (torch.tensor([5]), torch.tensor([3]), torch.zeros(1, 0, dtype=torch.int32))

@@ -22,8 +22,6 @@ from ascend_spec.gdn.verify_causal_conv1d import (
     verify_causal_conv1d,
 )
 
-BACKENDS = ["reference", "triton", "ascendc"]
-
 
 def oracle_outputs(history: torch.Tensor, weight: torch.Tensor, bias, n_out: int, silu: bool) -> torch.Tensor:
     """Last ``n_out`` outputs of the causal conv over ``history [N, C]`` (the W-1 state inputs first)."""
@@ -146,7 +144,6 @@ def run_session(seed: int, *, steps: int, **kw) -> None:
     sess.flush(list(range(sess.S)))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("silu", [True, False])
 def test_sessions_match_conv1d_over_accepted_history(backend, dtype, silu):
@@ -156,7 +153,6 @@ def test_sessions_match_conv1d_over_accepted_history(backend, dtype, silu):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_several_channel_tiles_and_width_two(backend):
     # 150 channels = two Triton channel tiles; W = 2 keeps a single input of state.
     run_session(
@@ -231,7 +227,6 @@ def test_mixed_dtypes_match_reference(backend, x_dtype, rec_dtype, pool_dtype):
     assert torch.equal(pools[1], pools[0])
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_non_contiguous_inputs_and_pool(backend):
     """x sliced from a wider projection and a pool that is a strided view, as in vLLM's layouts."""
     gen = torch.Generator().manual_seed(3)
@@ -267,7 +262,6 @@ def test_non_contiguous_inputs_and_pool(backend):
     assert torch.equal(rec.x, ref_rec.x) and torch.equal(rec.num_recorded, ref_rec.num_recorded)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_multi_layer_flush_keeps_pending_until_caller_zeroes_it(backend):
     """Two layers share pending: flush each with reset_pending=False, then the caller zeroes it."""
     gen = torch.Generator().manual_seed(5)
@@ -322,7 +316,6 @@ def test_package_flush_pending_forwards_conv_records():
     assert torch.equal(pool[0], torch.cat([old[0].T, x[4:5]])[-(W - 1) :].T)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("rows", [0, 2])
 def test_empty_batches_write_nothing(backend, rows):
     """No rows, or rows without tokens: empty output, pool/records/pending untouched."""

@@ -19,6 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ascend_spec.backend import BACKENDS
 from ascend_spec.gdn import allocate_records, flush_pending, record_bytes_per_slot, verify_gated_delta_rule
 
 with warnings.catch_warnings():
@@ -29,8 +30,6 @@ with warnings.catch_warnings():
 # transformers swaps in fla's kernel when fla is installed (and passes g/beta positionally into fla's gk/gv);
 # the torch recurrence itself is the wrapped function.
 hf_recurrence = getattr(torch_recurrent_gated_delta_rule, "__wrapped__", torch_recurrent_gated_delta_rule)
-
-BACKENDS = ["reference", "triton", "ascendc"]
 
 
 def fla_oracle(q, k, v, g, beta, state, scale, l2norm):
@@ -178,7 +177,6 @@ SHAPES = {
 }
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "dtype,shape,l2norm",
     [(torch.float32, "gqa", False), (torch.bfloat16, "odd", True), (torch.float16, "tiny", True)],
@@ -196,7 +194,6 @@ def test_session_matches_transformers(backend, dtype, shape, l2norm):
     sess.flush(list(range(sess.S)))  # after the flush the pool holds exactly the accepted history
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype,l2norm,scale", [(torch.float32, False, 0.3), (torch.bfloat16, True, None)])
 def test_session_matches_fla(backend, dtype, l2norm, scale):
     rng = random.Random(hash((backend, str(dtype))) & 0xFFFF)
@@ -207,7 +204,6 @@ def test_session_matches_fla(backend, dtype, l2norm, scale):
     sess.flush(list(range(sess.S)))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_multi_layer_flush_without_reset(backend):
     """Two layers share one pending tensor: flush both with reset_pending=False, the caller zeroes it."""
     rng = random.Random(7)
@@ -232,7 +228,6 @@ def test_multi_layer_flush_without_reset(backend):
         sess.flush([1, 3, 0], reset=False)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_second_flush_cannot_double_commit(backend):
     rng = random.Random(11)
     sess = Session(rng, backend=backend, oracle=hf_oracle, dtype=torch.float32, L=8, l2norm=False,
@@ -364,7 +359,6 @@ def test_bench_case_quick(capsys):
         assert state_traffic < m["bytes_moved"] < m["per_draft_slot_bytes_moved"]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_strided_pool_view(backend):
     """A pool that is a view into a bigger per-layer buffer (slot stride > HV Dk Dv) is read and written in place."""
     torch.manual_seed(4)
@@ -417,7 +411,6 @@ def test_flush_pending_forwards_conv_records():
     assert torch.equal(recs[0].num_recorded, recs[1].num_recorded)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("rows", [0, 3])
 def test_empty_calls_write_nothing(backend, rows):
     """No rows, or rows that all have length 0: empty outputs, pool and records untouched; empty flush too."""

@@ -1,7 +1,8 @@
 """Graph buckets: the token counts for which a captured graph exists.
 
-A captured graph runs a fixed number of tokens, so every batch is padded up to the next captured size (seed: 184
-and 160 tokens both run the 192 graph; 128 runs its own). Above the largest bucket the model runs eagerly.
+A captured graph runs a fixed number of tokens, so every batch is padded up to the next captured size (Huawei's
+talk on DFlash and DSpark in vLLM: 184 and 160 tokens both run the 192 graph; 128 runs its own). Above the largest
+bucket the model runs eagerly.
 
 Generated sizes (:meth:`GraphBuckets.for_engine`) follow the rule the engines use, documented in
 docs/controller.md: start from ``1, 2, 4``, then every multiple of 8 below 256, then every multiple of 16, up to

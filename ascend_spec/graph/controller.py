@@ -11,10 +11,11 @@ Only bucket boundaries need searching: inside a bucket extra tokens are free and
 a bucket is the one that fills it (capped at B*K). Above the largest bucket the eager cost is linear in T, so
 every T there is a candidate. See docs/controller.md for the rule, the per-position thresholds and the modes.
 
-Modes: "sync" (V1 in Huawei's talk on DFlash and DSpark in vLLM) reads the survivals back to the host, searches, and returns the split. "async"
-(V2) fixes T before the drafter runs from the recent chosen totals (:meth:`predict_total`), so the target's input
-size B + T is known to the host in advance; the split then happens on the device, and this step's own best total
-is computed on the device too and recorded for later steps without the host waiting for it.
+Modes: "sync" (V1 in Huawei's talk on DFlash and DSpark in vLLM) reads the survivals back to the host, searches,
+and returns the split. "async" (V2) fixes T before the drafter runs from the recent chosen totals
+(:meth:`predict_total`), so the target's input size B + T is known to the host in advance; the split then happens
+on the device (``ascend_spec.ops.allocate_verify_budget``), and this step's own best total is computed on the
+device too and recorded for later steps without the host waiting for it.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from ascend_spec.graph.config_io import read_json
 
 PROFILE_FORMAT = "ascend-spec/cost-profile/v1"
 #: Where a cost point came from; anything not "measured" is marked in the JSON and the plan report.
-ORIGINS = ("measured", "seed", "derived", "interpolated", "assumed", "adjusted")
+ORIGINS = ("measured", "talk", "derived", "interpolated", "assumed", "adjusted")
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ class CostProfile:
 
     ``costs`` maps bucket size (tokens) to cost; sizes must be listed in ascending order and costs must not
     decrease with size (a larger graph is never cheaper; an unsorted or decreasing profile is a mistake and is
-    rejected). ``origins`` labels points ("measured", "seed", "derived", "interpolated", "assumed", "adjusted").
+    rejected). ``origins`` labels points ("measured", "talk" (a figure from Huawei's talk on DFlash and DSpark in
+    vLLM), "derived", "interpolated", "assumed", "adjusted").
     ``eager_per_token`` is the cost of each token above the largest bucket; by default it is the slope between the
     two largest buckets (the only bucket's cost per token when there is one), and marked as extrapolated.
     """

@@ -2,9 +2,9 @@
 
 The target verifies 1 + (verified drafts) tokens per request; a block drafter runs Q tokens per request (Q = K+1
 for DFlash: anchor + K masks; Q = K for DSpark, whose first candidate is read at the anchor). With one shared
-dispatcher the drafter is padded to the target's graphs (seed: B = 16, K = 7 -> the target runs 16 x 8 = 128
-tokens, the DSpark drafter only 16 x 7 = 112, with the 128 target hidden states as its context); the seed measured
-+10% from separate dispatch. Each dispatcher here has its own buckets and tokens per request and returns a
+dispatcher the drafter is padded to the target's graphs (Huawei's talk on DFlash and DSpark in vLLM: B = 16,
+K = 7 -> the target runs 16 x 8 = 128 tokens, the DSpark drafter only 16 x 7 = 112, with the 128 target hidden
+states as its context); the talk measured +10% from separate dispatch. Each dispatcher here has its own buckets and tokens per request and returns a
 :class:`GraphDescriptor` (padded tokens, padded requests, graph key; key None = eager).
 
 Capture and replay go through ``torch.cuda.CUDAGraph`` on CUDA and torch_npu's ``torch.npu.NPUGraph`` on NPU

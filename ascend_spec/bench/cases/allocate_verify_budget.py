@@ -1,4 +1,5 @@
-"""Bench case for allocate_verify_budget at the seed's batch (B = 256 requests, K = 16 drafts each).
+"""Bench case for allocate_verify_budget at the batch of Huawei's talk on DFlash and DSpark
+in vLLM (B = 256 requests, K = 16 drafts each).
 
 The op gets the budget as a 0-dim device tensor (the async scheme) and reads nothing on the host. The baseline is
 what a synchronous engine does: copy survival to the host, rank every slot there (numpy lexsort: survival desc,
@@ -44,7 +45,7 @@ def host_baseline(survival: torch.Tensor, budget: int, capacities: torch.Tensor)
 def run(ctx: BenchContext) -> list[BenchRow]:
     impl = resolve_backend(ctx.backend, ctx.device, op="allocate_verify_budget")
     b, k = (8, 4) if ctx.quick else (256, 16)
-    budget = b * k // 4  # about 4 verified drafts per request, as in the seed's V2 example
+    budget = b * k // 4  # about 4 verified drafts per request, as in the talk's V2 example
     gen = torch.Generator().manual_seed(0)
     conf = torch.rand(b, k, generator=gen) ** 0.3
     conf[::9] = 1.0  # exact ties

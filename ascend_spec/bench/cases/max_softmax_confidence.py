@@ -1,6 +1,6 @@
 """Bench case for max_softmax_confidence against ``torch.softmax(x.float(), -1).max(-1)``.
 
-Seed shape: N = 1024 drafted positions, V = 131072 vocabulary, fp32 and bf16 logits. Both sides are checked to
+Shape from Huawei's talk on DFlash and DSpark in vLLM: N = 1024 drafted positions, V = 131072 vocabulary, fp32 and bf16 logits. Both sides are checked to
 agree before timing. Reported per side: time, bytes read/written (the op reads the logits once and writes N
 floats; the baseline upcasts, writes the N x V softmax and reads it back) and the peak temporary memory measured
 by :func:`~ascend_spec.bench.core.peak_allocated_bytes` (outputs included).

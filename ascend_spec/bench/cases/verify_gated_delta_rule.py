@@ -5,7 +5,7 @@ Shapes: one Gated DeltaNet layer of a Qwen3.5-9B-like model (``linear_num_key_he
 ``linear_num_value_heads`` HV = 32, Dk = Dv = 128, fp32 state = 2 MiB per request and layer; the model has 24 such
 layers), B in {16, 64, 256} requests, K = 15 drafts, so every row verifies K + 1 = 16 tokens (bf16 q/k/v, fp32
 g/beta, q/k l2-normalised in the op). Each row has ``pending`` in 1..8 accepted tokens of its previous call
-(seeded; mean about 4.5, near the 3.85 mean acceptance length of Qwen3.5-9B drafters in the seed).
+(seeded; mean about 4.5, near the 3.85 mean acceptance length of Qwen3.5-9B drafters in Huawei's talk on DFlash and DSpark in vLLM).
 
 Memory per request: this design keeps one state slot plus the records of one call (``record_bytes_per_slot``);
 the per-draft-slot layout (vLLM) keeps 1 + K full states. Bytes moved per verify step are counted from the
