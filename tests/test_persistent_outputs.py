@@ -18,6 +18,7 @@ import pytest
 import torch
 from helpers import retained_bytes
 
+from ascend_spec.backend import DISPATCH
 from ascend_spec.gdn import (
     allocate_conv_records,
     allocate_records,
@@ -38,6 +39,18 @@ from ascend_spec.ops import (
 )
 
 CALLS = 3
+# The dispatched ops this module loops with out= (an op added to backend.DISPATCH must get a case here).
+COVERED = {
+    "prepare_block_slots",
+    "max_softmax_partials",
+    "allocate_verify_budget",
+    "verify_gated_delta_rule",
+    "verify_causal_conv1d",
+}
+
+
+def test_every_dispatched_op_is_covered() -> None:
+    assert set(DISPATCH) == COVERED
 
 
 def tensors(result: object) -> list[torch.Tensor]:
