@@ -6,7 +6,6 @@ the ops themselves under :func:`ascend_spec.backend.value_checks_enabled`.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections.abc import Iterable, Mapping
 
@@ -94,13 +93,6 @@ def check_out_tensor(
     if not t.is_contiguous():
         raise ValueError(f"out must be contiguous; got strides {t.stride()}")
     return t
-
-
-def field_names(cls: type) -> tuple[str, ...]:
-    """Field names of a dataclass or NamedTuple (the order of its outputs)."""
-    if dataclasses.is_dataclass(cls):
-        return tuple(f.name for f in dataclasses.fields(cls))
-    return tuple(cls._fields)  # type: ignore[attr-defined]
 
 
 def check_choice(name: str, value: object, choices: Iterable[object]) -> object:

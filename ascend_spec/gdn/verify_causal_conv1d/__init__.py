@@ -135,10 +135,10 @@ def allocate_conv_records(
     ``dtype`` must hold the conv inputs exactly (bf16 inputs: bf16 or fp32 records; fp32 inputs: fp32).
     Memory: ``num_slots * max_tokens_per_step * channels * dtype size`` plus 4 bytes per slot.
     """
-    check_int("num_slots", num_slots, minimum=1)
-    check_int("max_tokens_per_step", max_tokens_per_step, minimum=1)
-    check_int("channels", channels, minimum=1)
-    check_int("width", width, minimum=2)
+    num_slots = check_int("num_slots", num_slots, minimum=1)
+    max_tokens_per_step = check_int("max_tokens_per_step", max_tokens_per_step, minimum=1)
+    channels = check_int("channels", channels, minimum=1)
+    width = check_int("width", width, minimum=2)
     check_choice("dtype", dtype, FLOAT_DTYPES)
     x = torch.zeros(num_slots, max_tokens_per_step, channels, dtype=dtype, device=device)
     num_recorded = torch.zeros(num_slots, dtype=torch.int32, device=x.device)
