@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,25 +33,12 @@ def assert_close(
         )
 
 
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
-    """The CPU profiler prints warnings on stderr; keep test output readable."""
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
 def retained_bytes(fn: Callable[[], Any]) -> int:
     """Bytes torch allocated while ``fn()`` ran and had not freed when it returned: the sum of every profiler
     event's own (self) memory change on CPU, allocations and frees, inside ops and outside them (``[memory]``
     events). Temporaries freed inside count 0."""
     from torch.profiler import ProfilerActivity, profile
 
-    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     return int(sum(event.self_cpu_memory_usage for event in prof.events()))

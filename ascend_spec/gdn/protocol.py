@@ -67,6 +67,21 @@ def check_pending_recorded(
         )
 
 
+def check_row_values(
+    state_indices: torch.Tensor,
+    pending: torch.Tensor,
+    num_slots: int,
+    num_recorded: torch.Tensor,
+    rows: torch.Tensor,
+) -> None:
+    """Value checks (host sync): slots in [-1, S) and distinct, 0 <= pending <= recorded on ``rows`` (bool [B])."""
+    check_slot_values(state_indices, num_slots)
+    if bool((pending < 0).any()):
+        i = int((pending < 0).nonzero()[0, 0])
+        raise ValueError(f"pending must be >= 0; got pending[{i}] = {int(pending[i])}")
+    check_pending_recorded(state_indices, pending, num_recorded, rows)
+
+
 def check_reset_pending(reset_pending: object) -> None:
     """The flushes' ``reset_pending`` flag must be a real bool (a tensor or int would be a caller bug)."""
     if not isinstance(reset_pending, bool):

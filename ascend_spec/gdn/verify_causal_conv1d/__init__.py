@@ -40,10 +40,9 @@ from ascend_spec.checks import (
 )
 from ascend_spec.gdn.protocol import (
     KernelMode,
-    check_pending_recorded,
     check_reset_pending,
+    check_row_values,
     check_rows,
-    check_slot_values,
 )
 
 OP = "verify_causal_conv1d"
@@ -170,16 +169,6 @@ def _check_records(records: object, pool: torch.Tensor) -> ConvRecords:
     return records
 
 
-def _check_row_values(
-    state_indices: torch.Tensor, pending: torch.Tensor, records: ConvRecords, active: torch.Tensor
-) -> None:
-    """Value checks (host sync): slots in range and distinct, pending within what each slot recorded."""
-    check_slot_values(state_indices, records.num_slots)
-    if bool((pending < 0).any()):
-        raise ValueError(f"pending must be >= 0; got {pending.tolist()}")
-    check_pending_recorded(state_indices, pending, records.num_recorded, active)
-
-
 def _check_cu_seqlens(
     cu_seqlens: torch.Tensor, num_tokens: int, max_len: int, state_indices: torch.Tensor
 ) -> None:
@@ -266,7 +255,7 @@ def verify_causal_conv1d(
     if value_checks_enabled(device):
         _check_cu_seqlens(cu_seqlens, num_tokens, records.max_tokens_per_step, state_indices)
         active = (cu_seqlens[1:] - cu_seqlens[:-1]) > 0
-        _check_row_values(state_indices, pending, records, active)
+        check_row_values(state_indices, pending, records.num_slots, records.num_recorded, active)
 
     run = dispatch(OP, backend, device)
     if out is None:
@@ -302,7 +291,13 @@ def flush_conv_pending(
     check_rows(state_indices, pending, device)
     check_reset_pending(reset_pending)
     if value_checks_enabled(device):
-        _check_row_values(state_indices, pending, records, torch.ones_like(pending, dtype=torch.bool))
+        check_row_values(
+            state_indices,
+            pending,
+            records.num_slots,
+            records.num_recorded,
+            torch.ones_like(pending, dtype=torch.bool),
+        )
     run = dispatch(OP, backend, device, caller="flush_conv_pending")
     mode = KernelMode.FLUSH_AND_RESET if reset_pending else KernelMode.FLUSH
     run(CausalConv1dArgs(mode, pool, state_indices, records, pending), None)

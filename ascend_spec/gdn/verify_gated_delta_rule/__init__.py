@@ -38,10 +38,9 @@ from ascend_spec.backend import dispatch, value_checks_enabled
 from ascend_spec.checks import FLOAT_DTYPES, INDEX_DTYPES, check_out_tensor, check_tensor
 from ascend_spec.gdn.protocol import (
     KernelMode,
-    check_pending_recorded,
     check_reset_pending,
+    check_row_values,
     check_rows,
-    check_slot_values,
 )
 from ascend_spec.gdn.records import GDNRecords
 
@@ -96,17 +95,6 @@ def _check_records(records: object, pool: torch.Tensor) -> GDNRecords:
     if records.device != pool.device:
         raise ValueError(f"records are on {records.device} but state_pool is on {pool.device}")
     return records
-
-
-def _check_row_values(
-    state_indices: torch.Tensor, pending: torch.Tensor, records: GDNRecords, rows: torch.Tensor
-) -> None:
-    """Value checks (host sync): slots in [-1, S) and distinct, 0 <= pending <= recorded on ``rows``."""
-    check_slot_values(state_indices, records.num_slots)
-    if bool((pending < 0).any()):
-        i = int((pending < 0).nonzero()[0, 0])
-        raise ValueError(f"pending must be >= 0; got pending[{i}] = {int(pending[i])}")
-    check_pending_recorded(state_indices, pending, records.num_recorded, rows)
 
 
 def _check_cu_seqlens(cu_seqlens: torch.Tensor, num_tokens: int, capacity: int) -> None:
@@ -193,7 +181,7 @@ def verify_gated_delta_rule(
     if value_checks_enabled(device):
         _check_cu_seqlens(cu_seqlens, num_tokens, records.max_tokens_per_step)
         active = (cu_seqlens[1:] - cu_seqlens[:-1]) > 0
-        _check_row_values(state_indices, pending, records, active)
+        check_row_values(state_indices, pending, records.num_slots, records.num_recorded, active)
 
     run = dispatch(OP, backend, device)
     if out is None:
@@ -239,7 +227,13 @@ def flush_pending(
     check_rows(state_indices, pending, device)
     check_reset_pending(reset_pending)
     if value_checks_enabled(device):
-        _check_row_values(state_indices, pending, records, torch.ones_like(pending, dtype=torch.bool))
+        check_row_values(
+            state_indices,
+            pending,
+            records.num_slots,
+            records.num_recorded,
+            torch.ones_like(pending, dtype=torch.bool),
+        )
     run = dispatch(OP, backend, device, caller="flush_pending")
     run(GatedDeltaRuleArgs(KernelMode.FLUSH, pool, state_indices, records, pending), None)
     if reset_pending:

@@ -265,23 +265,21 @@ def _context_sums(context_lens: torch.Tensor | None, num_reqs: int) -> tuple[tor
     return sums, total
 
 
+def _checked_fields(args: BlockSlotsArgs) -> tuple:
+    """What the value checks read: positions, table, page size, Q, token ids, rope positions, context lengths."""
+    return (
+        args.anchor_positions, args.block_table, args.block_size, args.num_query_tokens, args.anchor_token_ids,
+        args.rope_positions, args.context_lens,
+    )  # fmt: skip
+
+
 def _check_values(args: BlockSlotsArgs) -> None:
     """Value checks (host reads): one sync and few ops when all is well; else name the first bad request.
 
     Every rule is "some value < 0" (token id, context length, first context position, first context rope
     position, room left in the table and in int32 seq_lens) except the negative page ids under a token.
     """
-    p, block_table, block_size, q = (
-        args.anchor_positions,
-        args.block_table,
-        args.block_size,
-        args.num_query_tokens,
-    )
-    anchor_token_ids, rope_positions, context_lens = (
-        args.anchor_token_ids,
-        args.rope_positions,
-        args.context_lens,
-    )
+    p, block_table, block_size, q, anchor_token_ids, rope_positions, context_lens = _checked_fields(args)
     b, num_pages = block_table.shape
     if b == 0:
         return
@@ -303,17 +301,7 @@ def _check_values(args: BlockSlotsArgs) -> None:
 
 def _raise_value_error(args: BlockSlotsArgs) -> None:
     """The slow path of :func:`_check_values`: find the first bad rule and request, and say what is wrong."""
-    p, block_table, block_size, q = (
-        args.anchor_positions,
-        args.block_table,
-        args.block_size,
-        args.num_query_tokens,
-    )
-    anchor_token_ids, rope_positions, context_lens = (
-        args.anchor_token_ids,
-        args.rope_positions,
-        args.context_lens,
-    )
+    p, block_table, block_size, q, anchor_token_ids, rope_positions, context_lens = _checked_fields(args)
     b, num_pages = block_table.shape
     n = torch.zeros_like(p) if context_lens is None else context_lens
     rope = p if rope_positions is None else rope_positions
