@@ -9,6 +9,7 @@ empty cache) and ``ascend-spec plan`` with its default profile and curve (the in
 from __future__ import annotations
 
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -49,9 +50,13 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def test_wheel_install_runs_the_host_model_and_plan(tmp_path: Path) -> None:
+    # Build from a clean copy: an in-tree build/ directory could carry files the tree no longer has.
+    source = tmp_path / "source"
+    skip = shutil.ignore_patterns(".*", "build", "dist", "*.egg-info", "__pycache__", "*.so")
+    shutil.copytree(ROOT, source, ignore=skip)
     wheels = tmp_path / "wheels"
     env = {**os.environ, "COMPILE_CUSTOM_KERNELS": "0"}
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT), "-w", str(wheels)], env=env, cwd=ROOT)  # fmt: skip
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(source), "-w", str(wheels)], env=env, cwd=source)  # fmt: skip
     (wheel,) = wheels.glob("ascend_spec-*.whl")
 
     target = tmp_path / "venv"
