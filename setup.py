@@ -5,7 +5,9 @@ Follows vllm-ascend's conventions: ``COMPILE_CUSTOM_KERNELS`` (default 1; 0 turn
 toolkit, e.g. /usr/local/Ascend/ascend-toolkit/latest). With CANN present, CMake builds ``csrc/`` into
 ``ascend_spec/_C_ascend_spec*.so``, which registers ``torch.ops._C_ascend_spec.npu_*`` (PrivateUse1 + Meta).
 Without it (CPU / GPU machines, CI) nothing native is built: the AscendC kernels still run through the host
-model (``ascend_spec/ascendc/host_model.py``), which compiles them with g++ at first use.
+model (``ascend_spec/ascendc/host_model.py``), which compiles them with g++ at first use. Either way the wheel
+carries ``csrc/`` and ``configs/`` inside the package (``ascend_spec/csrc``, ``ascend_spec/configs``), so an
+installed package finds its kernel sources and shipped configs (``ascend_spec/paths.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 
@@ -100,6 +103,17 @@ class CMakeBuild(build_ext):
             shutil.copy2(target, ROOT / "ascend_spec" / target.name)
 
 
+class BuildPyWithData(build_py):
+    """Copy csrc/ and configs/ into the built package; an editable install reads them from the source tree."""
+
+    def run(self) -> None:
+        super().run()
+        if getattr(self, "editable_mode", False):
+            return
+        for name in ("csrc", "configs"):
+            shutil.copytree(ROOT / name, Path(self.build_lib) / "ascend_spec" / name, dirs_exist_ok=True)
+
+
 def _extensions() -> list[Extension]:
     if not _env_flag("COMPILE_CUSTOM_KERNELS", "1"):
         print("COMPILE_CUSTOM_KERNELS=0: installing without the AscendC extension")
@@ -110,4 +124,4 @@ def _extensions() -> list[Extension]:
     return [CMakeExtension("ascend_spec._C_ascend_spec", ROOT)]
 
 
-setup(ext_modules=_extensions(), cmdclass={"build_ext": CMakeBuild})
+setup(ext_modules=_extensions(), cmdclass={"build_ext": CMakeBuild, "build_py": BuildPyWithData})

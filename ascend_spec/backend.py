@@ -8,6 +8,11 @@ NPUs through triton-ascend, CPU tensors under ``TRITON_INTERPRET=1``) and ``asce
 reference. ``ASCEND_SPEC_BACKEND`` overrides ``auto`` (never an explicit choice). An explicit backend that
 cannot run here raises :class:`BackendUnavailableError` saying what is missing.
 
+Dispatch: :data:`DISPATCH` holds one table per op (backend name -> ``module:function``); every op folder
+(``ascend_spec/<package>/<op>/``) has ``reference.py``, ``triton.py`` and ``ascendc.py``, each defining the same
+function that takes the op's normalised-arguments object (and its outputs). :func:`dispatch` resolves the
+backend and imports the module on first use, so ``TRITON_INTERPRET`` is read only when a Triton kernel is needed.
+
 Checks that must read device values (and so would synchronise the host with the device, breaking graph
 capture) run only when :func:`value_checks_enabled` says so: ``ASCEND_SPEC_CHECKS=1``/``0`` forces them on/off; by
 default they are on for CPU tensors and off elsewhere.
@@ -16,10 +21,12 @@ default they are on for CPU tensors and off elsewhere.
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import os
 import shutil
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import torch
 
@@ -27,6 +34,24 @@ Backend = Literal["reference", "triton", "ascendc"]
 BACKENDS: tuple[str, ...] = ("reference", "triton", "ascendc")
 BACKEND_ENV = "ASCEND_SPEC_BACKEND"
 CHECKS_ENV = "ASCEND_SPEC_CHECKS"
+
+
+def _per_backend(package: str, function: str) -> dict[str, str]:
+    return {b: f"{package}.{b}:{function}" for b in BACKENDS}
+
+
+# op -> {backend -> "module:function"}. Each function takes the op's arguments object (and its outputs).
+DISPATCH: dict[str, dict[str, str]] = {
+    "prepare_block_slots": _per_backend("ascend_spec.ops.prepare_block_slots", "prepare_block_slots"),
+    "max_softmax_partials": _per_backend("ascend_spec.ops.max_softmax_confidence", "max_softmax_partials"),
+    "allocate_verify_budget": _per_backend(
+        "ascend_spec.ops.allocate_verify_budget", "allocate_verify_budget"
+    ),
+    "verify_gated_delta_rule": _per_backend(
+        "ascend_spec.gdn.verify_gated_delta_rule", "verify_gated_delta_rule"
+    ),
+    "verify_causal_conv1d": _per_backend("ascend_spec.gdn.verify_causal_conv1d", "verify_causal_conv1d"),
+}
 
 
 class BackendUnavailableError(RuntimeError):
@@ -83,6 +108,21 @@ def resolve_backend(backend: str, device: torch.device, *, op: str) -> Backend:
             backend = _auto_backend(device)
     _require_runnable(backend, device, op=op)
     return backend  # type: ignore[return-value]
+
+
+def implementation(op: str, backend: str) -> Callable[..., Any]:
+    """The function that runs ``op`` on ``backend`` (imported on first use)."""
+    module, _, function = DISPATCH[op][backend].partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def dispatch(op: str, backend: str, device: torch.device, *, caller: str | None = None) -> Callable[..., Any]:
+    """Resolve ``backend`` for ``device`` and return the implementation of ``op`` there.
+
+    ``caller`` names the public op in errors when it differs from the table entry (``max_softmax_confidence``
+    runs ``max_softmax_partials``, ``flush_pending`` runs the verify kernel pair in its flush mode).
+    """
+    return implementation(op, resolve_backend(backend, device, op=caller or op))
 
 
 def _auto_backend(device: torch.device) -> str:

@@ -6,7 +6,8 @@ the ops themselves under :func:`ascend_spec.backend.value_checks_enabled`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import operator
+from collections.abc import Iterable, Mapping
 
 import torch
 
@@ -49,12 +50,49 @@ def check_tensor(
     return value
 
 
-def check_positive_int(name: str, value: object, *, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
+    """An integer argument as a Python int: anything ``operator.index`` takes (int, numpy integers), never a bool,
+    a float or a tensor (reading a device tensor would synchronise); at least ``minimum`` when given."""
+    if isinstance(value, (bool, torch.Tensor)):
         raise ValueError(f"{name} must be an int; got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {value}")
-    return value
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{name} must be an int; got {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {number}")
+    return number
+
+
+# The outputs of an op: field -> (shape, dtype). One definition serves the allocation and the check of `out=`.
+Layout = Mapping[str, tuple[tuple[int, ...], torch.dtype]]
+
+
+def empty_outputs(cls: type, layout: Layout, device: torch.device | str | None) -> object:
+    """Uninitialised outputs of ``layout`` in the dataclass (or NamedTuple) ``cls``."""
+    return cls(**{f: torch.empty(shape, dtype=dtype, device=device) for f, (shape, dtype) in layout.items()})
+
+
+def check_outputs(out: object, cls: type, layout: Layout, device: torch.device) -> None:
+    """``out=`` must be a ``cls`` whose every field is a contiguous tensor of its layout's shape and dtype on
+    ``device`` (the kernels write dense buffers; nothing is resized or reallocated)."""
+    if not isinstance(out, cls):
+        raise ValueError(f"out must be a {cls.__name__}; got {type(out).__name__}")
+    for field, (shape, dtype) in layout.items():
+        t = getattr(out, field)
+        check_tensor(f"out.{field}", t, dtypes=(dtype,), device=device, shape=shape)
+        if not t.is_contiguous():
+            raise ValueError(f"out.{field} must be contiguous; got strides {t.stride()}")
+
+
+def check_out_tensor(
+    out: object, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """``out=`` of an op with one output tensor: contiguous, of ``shape`` and ``dtype`` on ``device``."""
+    t = check_tensor("out", out, dtypes=(dtype,), device=device, shape=shape)
+    if not t.is_contiguous():
+        raise ValueError(f"out must be contiguous; got strides {t.stride()}")
+    return t
 
 
 def check_choice(name: str, value: object, choices: Iterable[object]) -> object:

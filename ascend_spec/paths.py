@@ -1,7 +1,8 @@
-"""Where the repository's non-Python parts live (kernel sources, configs).
+"""Where the package's non-Python parts live: the kernel sources (``csrc/``) and the shipped configs.
 
-ascend-spec is installed editable (`pip install -e .`): the AscendC host model compiles `csrc/` at run time and
-the controller reads `configs/`, so both are resolved relative to the source tree.
+The AscendC host model compiles ``csrc/`` at run time and the controller reads ``configs/``. A wheel carries both
+inside the package (``ascend_spec/csrc``, ``ascend_spec/configs``: setup.py's build_py copies them there); a source
+tree or an editable install (``pip install -e .``) reads them next to the package, at the repository root.
 """
 
 from __future__ import annotations
@@ -9,6 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PACKAGE_DIR.parent
-CSRC_DIR = REPO_ROOT / "csrc"
-CONFIGS_DIR = REPO_ROOT / "configs"
+
+
+def _data_dir(name: str) -> Path:
+    installed = PACKAGE_DIR / name
+    return installed if installed.is_dir() else PACKAGE_DIR.parent / name
+
+
+CSRC_DIR = _data_dir("csrc")
+CONFIGS_DIR = _data_dir("configs")

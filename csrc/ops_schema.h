@@ -1,7 +1,7 @@
 // Schemas of torch.ops._C_ascend_spec, shared by the NPU binding (csrc/torch_binding.cpp) and the Meta-only
 // test build (tests/test_meta_impls.py), so the Meta implementations are checked against the real schemas.
 // Integer index tensors arrive as int32 and float side inputs (g, beta, weights) as fp32: the Python wrappers
-// (ascend_spec/**/_ascendc_*.py) normalise them, as they do for the host model.
+// (ascend_spec/<pkg>/<op>/ascendc.py) normalise them, as they do for the host model.
 #pragma once
 
 #include <torch/library.h>

@@ -1,11 +1,8 @@
 // Registers the AscendC kernels as torch.ops._C_ascend_spec.npu_* for NPU tensors (PrivateUse1). Shapes and
-// dtypes were validated by the Python wrappers (ascend_spec/**/_ascendc_*.py); this layer allocates outputs,
+// dtypes were validated by the Python wrappers (ascend_spec/<pkg>/<op>/ascendc.py); this layer allocates outputs,
 // reads the vector core count and launches on the current stream through OpCommand, as vllm-ascend does.
 #include <torch/extension.h>
 #include <torch/library.h>
-
-#include <algorithm>
-#include <array>
 
 #include <torch_npu/csrc/core/npu/NPUStream.h>
 #include <torch_npu/csrc/framework/OpCommand.h>
@@ -69,47 +66,60 @@ npu_prepare_block_slots(const at::Tensor &anchor_token_ids, const at::Tensor &an
     TORCH_CHECK(anchor_positions.scalar_type() == at::kLong, "anchor_positions must be int64");
     TORCH_CHECK(block_table.scalar_type() == at::kInt, "block_table must be int32");
     TORCH_CHECK(context_start_loc.scalar_type() == at::kInt, "context_start_loc must be int32");
-    const int64_t b = anchor_positions.size(0), r = num_padded_reqs, q = num_query_tokens;
     const int64_t ropeRows = rope_positions.has_value() ? (rope_positions->dim() == 1 ? 1 : 3) : 0;
-    auto [input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots, ctx_positions] =
-        EmptyBlockSlots(anchor_token_ids, anchor_positions, ropeRows == 3, total_context, q, sample_from_anchor, r);
-    if (r == 0) {
+    auto outs = EmptyBlockSlots(anchor_token_ids, anchor_positions, ropeRows == 3, total_context, num_query_tokens,
+                                sample_from_anchor, num_padded_reqs);
+    auto &[input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots, ctx_positions] =
+        outs;
+    if (num_padded_reqs == 0) {
         query_start_loc.zero_();
-        return {input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots,
-                ctx_positions};
+        return outs;
     }
-    void *rope = rope_positions.has_value() ? rope_positions->data_ptr() : nullptr;
-    const bool idsAreInt64 = anchor_token_ids.scalar_type() == at::kLong;
-    void *ptrs[] = {anchor_token_ids.data_ptr(), anchor_positions.data_ptr(), rope, block_table.data_ptr(),
-                    context_start_loc.data_ptr(), input_ids.data_ptr(), positions.data_ptr(),
-                    slot_mapping.data_ptr(), query_start_loc.data_ptr(), seq_lens.data_ptr(),
-                    sample_indices.data_ptr(), ctx_slots.data_ptr(), ctx_positions.data_ptr()};
-    const int64_t maxPages = block_table.size(1);
+    PrepareBlockSlotsArgs a{};
+    a.anchorIds = anchor_token_ids.data_ptr();
+    a.anchorPos = anchor_positions.data_ptr();
+    a.ropePos = PtrOrNull(rope_positions);
+    a.blockTable = block_table.data_ptr();
+    a.ctxStart = context_start_loc.data_ptr();
+    a.inputIds = input_ids.data_ptr();
+    a.positions = positions.data_ptr();
+    a.slotMapping = slot_mapping.data_ptr();
+    a.queryStartLoc = query_start_loc.data_ptr();
+    a.seqLens = seq_lens.data_ptr();
+    a.sampleIndices = sample_indices.data_ptr();
+    a.ctxSlots = ctx_slots.data_ptr();
+    a.ctxPositions = ctx_positions.data_ptr();
+    a.idsAreInt64 = anchor_token_ids.scalar_type() == at::kLong;
+    a.numReqs = anchor_positions.size(0);
+    a.numPaddedReqs = num_padded_reqs;
+    a.numQueryTokens = num_query_tokens;
+    a.blockSize = block_size;
+    a.maxPages = block_table.size(1);
+    a.ropeRows = ropeRows;
+    a.sampleFromAnchor = sample_from_anchor;
+    a.maskTokenId = mask_token_id;
+    a.totalContext = total_context;
     const uint32_t cores = VectorCoreNum();
-    std::array<void *, 13> p;
-    std::copy(std::begin(ptrs), std::end(ptrs), p.begin());
-    RunOnStream("prepare_block_slots", [=](aclrtStream stream) {
-        prepare_block_slots_impl(stream, cores, idsAreInt64, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8],
-                                 p[9], p[10], p[11], p[12], b, r, q, block_size, maxPages, ropeRows,
-                                 sample_from_anchor, mask_token_id, total_context);
-    });
-    return {input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices, ctx_slots,
-            ctx_positions};
+    RunOnStream("prepare_block_slots", [=](aclrtStream stream) { prepare_block_slots_impl(stream, cores, a); });
+    return outs;
 }
 
 std::tuple<at::Tensor, at::Tensor> npu_max_softmax_partials(const at::Tensor &logits, double inv_temperature) {
     TORCH_CHECK(logits.dim() == 2 && logits.stride(1) == 1, "logits must be [N, V] with a contiguous vocab axis");
-    const int64_t dtype = DtypeCode(logits, "logits");
-    const int64_t n = logits.size(0), v = logits.size(1);
-    const int64_t stride = n > 1 ? logits.stride(0) : v;
     auto [row_max, row_sum] = EmptyMaxSoftmaxPartials(logits);
+    const int64_t n = logits.size(0), v = logits.size(1);
     if (n == 0) return {row_max, row_sum};
-    void *x = logits.data_ptr(), *mx = row_max.data_ptr(), *sm = row_sum.data_ptr();
+    MaxSoftmaxConfidenceArgs a{};
+    a.logits = logits.data_ptr();
+    a.rowMax = row_max.data_ptr();
+    a.rowSum = row_sum.data_ptr();
+    a.dtype = DtypeCode(logits, "logits");
+    a.numRows = n;
+    a.vocab = v;
+    a.rowStride = n > 1 ? logits.stride(0) : v;
+    a.invTemperature = static_cast<float>(inv_temperature);
     const uint32_t cores = VectorCoreNum();
-    const float invT = static_cast<float>(inv_temperature);
-    RunOnStream("max_softmax_partials", [=](aclrtStream stream) {
-        max_softmax_partials_impl(stream, cores, dtype, x, mx, sm, n, v, stride, invT);
-    });
+    RunOnStream("max_softmax_partials", [=](aclrtStream stream) { max_softmax_partials_impl(stream, cores, a); });
     return {row_max, row_sum};
 }
 
@@ -117,18 +127,52 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_allocate_verify_b
     const at::Tensor &survival, const c10::optional<at::Tensor> &capacities, const c10::optional<at::Tensor> &budget,
     int64_t budget_value, int64_t max_budget) {
     TORCH_CHECK(survival.scalar_type() == at::kFloat && survival.is_contiguous(), "survival must be contiguous fp32");
-    const int64_t b = survival.size(0), k = survival.size(1);
     auto [num_drafts, query_lens, query_start_loc, draft_index] = EmptyVerifyAllocation(survival, max_budget);
-    void *s = survival.data_ptr(), *cap = PtrOrNull(capacities), *bud = PtrOrNull(budget);
-    void *nd = num_drafts.data_ptr(), *ql = query_lens.data_ptr(), *qsl = query_start_loc.data_ptr();
-    void *di = draft_index.data_ptr();
-    const bool inMemory = budget.has_value(), hasCap = capacities.has_value();
+    AllocateVerifyBudgetArgs a{};
+    a.survival = survival.data_ptr();
+    a.capacities = PtrOrNull(capacities);
+    a.budget = PtrOrNull(budget);
+    a.numDrafts = num_drafts.data_ptr();
+    a.queryLens = query_lens.data_ptr();
+    a.queryStartLoc = query_start_loc.data_ptr();
+    a.draftIndex = draft_index.data_ptr();
+    a.numReqs = survival.size(0);
+    a.numPos = survival.size(1);
+    a.maxBudget = max_budget;
+    a.budgetValue = budget_value;
+    a.budgetInMemory = budget.has_value();
+    a.hasCap = capacities.has_value();
     const uint32_t cores = VectorCoreNum();
-    RunOnStream("allocate_verify_budget", [=](aclrtStream stream) {
-        allocate_verify_budget_impl(stream, cores, s, cap, bud, nd, ql, qsl, di, b, k, max_budget, budget_value,
-                                    inMemory, hasCap);
-    });
+    RunOnStream("allocate_verify_budget", [=](aclrtStream stream) { allocate_verify_budget_impl(stream, cores, a); });
     return {num_drafts, query_lens, query_start_loc, draft_index};
+}
+
+// The state, records and row tensors both GDN ops pass; the token inputs stay null in the flush.
+VerifyGatedDeltaRuleArgs GdnStateArgs(const at::Tensor &state_indices, const at::Tensor &pending,
+                                      at::Tensor &state_pool, const at::Tensor &rec_k, const at::Tensor &rec_g,
+                                      const at::Tensor &rec_u, const at::Tensor &bank, at::Tensor &num_recorded,
+                                      int64_t mode) {
+    VerifyGatedDeltaRuleArgs a{};
+    a.idx = state_indices.data_ptr();
+    a.pending = pending.data_ptr();
+    a.pool = state_pool.data_ptr();
+    a.recK = rec_k.data_ptr();
+    a.recG = rec_g.data_ptr();
+    a.recU = rec_u.data_ptr();
+    a.bank = bank.data_ptr();
+    a.numRecorded = num_recorded.data_ptr();
+    a.numRows = state_indices.size(0);
+    a.numHeads = rec_k.size(3);
+    a.numVHeads = state_pool.size(1);
+    a.dk = state_pool.size(2);
+    a.dv = state_pool.size(3);
+    a.numSlots = state_pool.size(0);
+    a.maxTokens = rec_k.size(2);
+    a.poolStride = state_pool.stride(0);
+    a.mode = mode;
+    a.ubBytes = UbBytes();
+    a.scale = 1.0f;
+    return a;
 }
 
 at::Tensor npu_verify_gated_delta_rule(const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
@@ -137,46 +181,56 @@ at::Tensor npu_verify_gated_delta_rule(const at::Tensor &q, const at::Tensor &k,
                                        at::Tensor &state_pool, at::Tensor &rec_k, at::Tensor &rec_g,
                                        at::Tensor &rec_u, at::Tensor &bank, at::Tensor &num_recorded, double scale,
                                        bool use_qk_l2norm) {
-    const int64_t xType = DtypeCode(v, "v");
     at::Tensor o = EmptyLike(v);
-    const int64_t rows = state_indices.size(0);
-    if (rows == 0 || q.size(0) == 0) return o;
-    const int64_t t = q.size(0), h = rec_k.size(3), hv = state_pool.size(1), dk = state_pool.size(2);
-    const int64_t dv = state_pool.size(3), slots = state_pool.size(0), maxTok = rec_k.size(2);
-    const int64_t poolStride = state_pool.stride(0);
-    void *ptr[] = {q.data_ptr(), k.data_ptr(), v.data_ptr(), g.data_ptr(), beta.data_ptr(), o.data_ptr(),
-                   cu_seqlens.data_ptr(), state_indices.data_ptr(), pending.data_ptr(), state_pool.data_ptr(),
-                   rec_k.data_ptr(), rec_g.data_ptr(), rec_u.data_ptr(), bank.data_ptr(), num_recorded.data_ptr()};
-    std::array<void *, 15> p;
-    std::copy(std::begin(ptr), std::end(ptr), p.begin());
+    if (state_indices.size(0) == 0 || q.size(0) == 0) return o;
+    VerifyGatedDeltaRuleArgs a =
+        GdnStateArgs(state_indices, pending, state_pool, rec_k, rec_g, rec_u, bank, num_recorded, kModeVerify);
+    a.q = q.data_ptr();
+    a.k = k.data_ptr();
+    a.v = v.data_ptr();
+    a.g = g.data_ptr();
+    a.beta = beta.data_ptr();
+    a.o = o.data_ptr();
+    a.cu = cu_seqlens.data_ptr();
+    a.xType = DtypeCode(v, "v");
+    a.numTokens = q.size(0);
+    a.useL2norm = use_qk_l2norm;
+    a.scale = static_cast<float>(scale);
     const uint32_t cores = VectorCoreNum();
-    const int64_t ub = UbBytes();
-    const float sc = static_cast<float>(scale);
-    RunOnStream("verify_gated_delta_rule", [=](aclrtStream stream) {
-        verify_gated_delta_rule_impl(stream, cores, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9],
-                                     p[10], p[11], p[12], p[13], p[14], xType, t, rows, h, hv, dk, dv, slots,
-                                     maxTok, poolStride, use_qk_l2norm, sc, /*mode=*/0, ub);
-    });
+    RunOnStream("verify_gated_delta_rule", [=](aclrtStream stream) { verify_gated_delta_rule_impl(stream, cores, a); });
     return o;
 }
 
 void npu_flush_gated_delta_rule(const at::Tensor &state_indices, const at::Tensor &pending, at::Tensor &state_pool,
                                 const at::Tensor &rec_k, const at::Tensor &rec_g, const at::Tensor &rec_u,
                                 const at::Tensor &bank, at::Tensor &num_recorded) {
-    const int64_t rows = state_indices.size(0);
-    if (rows == 0) return;
-    const int64_t h = rec_k.size(3), hv = state_pool.size(1), dk = state_pool.size(2), dv = state_pool.size(3);
-    const int64_t slots = state_pool.size(0), maxTok = rec_k.size(2), poolStride = state_pool.stride(0);
-    void *idx = state_indices.data_ptr(), *pend = pending.data_ptr(), *pool = state_pool.data_ptr();
-    void *rk = rec_k.data_ptr(), *rg = rec_g.data_ptr(), *ru = rec_u.data_ptr(), *bk = bank.data_ptr();
-    void *nr = num_recorded.data_ptr();
+    if (state_indices.size(0) == 0) return;
+    VerifyGatedDeltaRuleArgs a =
+        GdnStateArgs(state_indices, pending, state_pool, rec_k, rec_g, rec_u, bank, num_recorded, kModeFlush);
     const uint32_t cores = VectorCoreNum();
-    const int64_t ub = UbBytes();
-    RunOnStream("flush_gated_delta_rule", [=](aclrtStream stream) {
-        verify_gated_delta_rule_impl(stream, cores, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                     idx, pend, pool, rk, rg, ru, bk, nr, /*xType=*/0, /*numTokens=*/0, rows, h,
-                                     hv, dk, dv, slots, maxTok, poolStride, false, 1.0f, /*mode=*/1, ub);
-    });
+    RunOnStream("flush_gated_delta_rule", [=](aclrtStream stream) { verify_gated_delta_rule_impl(stream, cores, a); });
+}
+
+// The state, records and row tensors both conv ops pass; the token inputs stay null in the flushes.
+VerifyCausalConv1dArgs ConvStateArgs(at::Tensor &conv_state_pool, const at::Tensor &state_indices,
+                                     const at::Tensor &rec_x, at::Tensor &num_recorded, const at::Tensor &pending,
+                                     int64_t mode) {
+    VerifyCausalConv1dArgs a{};
+    a.pool = conv_state_pool.data_ptr();
+    a.rec = rec_x.data_ptr();
+    a.numRecorded = num_recorded.data_ptr();
+    a.idx = state_indices.data_ptr();
+    a.pending = pending.data_ptr();
+    a.xType = a.recType = DtypeCode(rec_x, "records.x");
+    a.poolType = DtypeCode(conv_state_pool, "conv_state_pool");
+    a.numRows = state_indices.size(0);
+    a.channels = conv_state_pool.size(1);
+    a.width = conv_state_pool.size(2) + 1;
+    a.maxTokens = rec_x.size(1);
+    a.numSlots = conv_state_pool.size(0);
+    a.mode = mode;
+    a.ubBytes = UbBytes();
+    return a;
 }
 
 at::Tensor npu_verify_causal_conv1d(const at::Tensor &x, const at::Tensor &weight_t,
@@ -186,25 +240,18 @@ at::Tensor npu_verify_causal_conv1d(const at::Tensor &x, const at::Tensor &weigh
     TORCH_CHECK(conv_state_pool.is_contiguous(), "conv_state_pool must be contiguous for the NPU kernel");
     at::Tensor xc = x.contiguous();
     at::Tensor y = EmptyLike(xc);
-    const int64_t rows = state_indices.size(0);
-    if (rows == 0) return y;
-    const int64_t xType = DtypeCode(xc, "x"), recType = DtypeCode(rec_x, "records.x");
-    const int64_t poolType = DtypeCode(conv_state_pool, "conv_state_pool");
-    const int64_t channels = conv_state_pool.size(1), width = conv_state_pool.size(2) + 1;
-    const int64_t maxTok = rec_x.size(1), slots = conv_state_pool.size(0);
-    void *p[] = {xc.data_ptr(), weight_t.data_ptr(), PtrOrNull(bias), y.data_ptr(), conv_state_pool.data_ptr(),
-                 rec_x.data_ptr(), num_recorded.data_ptr(), cu_seqlens.data_ptr(), state_indices.data_ptr(),
-                 pending.data_ptr()};
-    std::array<void *, 10> a;
-    std::copy(std::begin(p), std::end(p), a.begin());
-    const bool hasBias = bias.has_value();
+    if (state_indices.size(0) == 0) return y;
+    VerifyCausalConv1dArgs a = ConvStateArgs(conv_state_pool, state_indices, rec_x, num_recorded, pending, kModeVerify);
+    a.x = xc.data_ptr();
+    a.weightT = weight_t.data_ptr();
+    a.bias = PtrOrNull(bias);
+    a.y = y.data_ptr();
+    a.cu = cu_seqlens.data_ptr();
+    a.xType = DtypeCode(xc, "x");
+    a.hasBias = bias.has_value();
+    a.silu = silu;
     const uint32_t cores = VectorCoreNum();
-    const int64_t ub = UbBytes();
-    RunOnStream("verify_causal_conv1d", [=](aclrtStream stream) {
-        verify_causal_conv1d_impl(stream, cores, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], xType,
-                                  recType, poolType, rows, channels, width, maxTok, slots, hasBias, silu,
-                                  /*mode=*/0, ub);
-    });
+    RunOnStream("verify_causal_conv1d", [=](aclrtStream stream) { verify_causal_conv1d_impl(stream, cores, a); });
     return y;
 }
 
@@ -212,21 +259,11 @@ void npu_flush_conv_pending(at::Tensor &conv_state_pool, const at::Tensor &state
                             at::Tensor &num_recorded, at::Tensor &pending, bool reset_pending) {
     TORCH_CHECK(conv_state_pool.is_contiguous() && pending.is_contiguous(),
                 "conv_state_pool and pending must be contiguous for the NPU kernel");
-    const int64_t rows = state_indices.size(0);
-    if (rows == 0) return;
-    const int64_t recType = DtypeCode(rec_x, "records.x"), poolType = DtypeCode(conv_state_pool, "conv_state_pool");
-    const int64_t channels = conv_state_pool.size(1), width = conv_state_pool.size(2) + 1;
-    const int64_t maxTok = rec_x.size(1), slots = conv_state_pool.size(0);
-    void *pool = conv_state_pool.data_ptr(), *rec = rec_x.data_ptr(), *nr = num_recorded.data_ptr();
-    void *idx = state_indices.data_ptr(), *pend = pending.data_ptr();
+    if (state_indices.size(0) == 0) return;
+    VerifyCausalConv1dArgs a = ConvStateArgs(conv_state_pool, state_indices, rec_x, num_recorded, pending,
+                                             reset_pending ? kModeFlushAndReset : kModeFlush);
     const uint32_t cores = VectorCoreNum();
-    const int64_t ub = UbBytes();
-    const int64_t mode = reset_pending ? 2 : 1;
-    RunOnStream("flush_conv_pending", [=](aclrtStream stream) {
-        verify_causal_conv1d_impl(stream, cores, nullptr, nullptr, nullptr, nullptr, pool, rec, nr, nullptr, idx, pend,
-                                  recType, recType, poolType, rows, channels, width, maxTok, slots, false, false,
-                                  mode, ub);
-    });
+    RunOnStream("flush_conv_pending", [=](aclrtStream stream) { verify_causal_conv1d_impl(stream, cores, a); });
 }
 
 }  // namespace ascend_spec

@@ -110,12 +110,12 @@ def test_value_checks_env(monkeypatch) -> None:
 
 def test_ops_route_through_the_resolved_backend(monkeypatch) -> None:
     """prepare_block_slots follows ASCEND_SPEC_BACKEND, and an explicit unavailable backend raises."""
-    import ascend_spec.ops._triton_block_slots as tri
     from ascend_spec.ops import prepare_block_slots
+    from ascend_spec.ops.prepare_block_slots import triton as tri
 
     calls = []
-    real = tri.prepare_block_slots_triton
-    monkeypatch.setattr(tri, "prepare_block_slots_triton", lambda **kw: calls.append(kw) or real(**kw))
+    real = tri.prepare_block_slots
+    monkeypatch.setattr(tri, "prepare_block_slots", lambda args, out: calls.append(args) or real(args, out))
     args = (torch.tensor([1]), torch.tensor([0]), torch.tensor([[0]], dtype=torch.int32))
     kw = dict(block_size=4, num_query_tokens=2, mask_token_id=0)
     prepare_block_slots(*args, **kw)
@@ -126,3 +126,26 @@ def test_ops_route_through_the_resolved_backend(monkeypatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(BackendUnavailableError, match="prepare_block_slots: backend 'triton'"):
         prepare_block_slots(*args, **kw)
+
+
+def test_every_dispatch_entry_resolves_on_every_backend() -> None:
+    """The dispatch table names real functions: one per op in each op folder's reference/triton/ascendc module."""
+    for op, table in bk.DISPATCH.items():
+        assert set(table) == set(bk.BACKENDS), op
+        for backend in bk.BACKENDS:
+            fn = bk.implementation(op, backend)
+            assert callable(fn) and fn.__module__.endswith(f".{backend}"), (op, backend)
+
+
+def test_check_int_takes_index_types_with_a_minimum() -> None:
+    import numpy as np
+
+    from ascend_spec.checks import check_int
+
+    assert check_int("n", np.int64(5), minimum=1) == 5 and type(check_int("n", np.int32(3))) is int
+    assert check_int("n", 0, minimum=0) == 0
+    for bad in (True, 2.0, "3", torch.tensor(3), None):
+        with pytest.raises(ValueError, match=r"n must be an int; got "):
+            check_int("n", bad)
+    with pytest.raises(ValueError, match="n must be >= 1; got 0"):
+        check_int("n", np.int64(0), minimum=1)

@@ -20,7 +20,7 @@ CASE_NAMES = case_names()
 
 def test_bench_writes_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "bench.json"
-    assert main(["bench", "--quick", "--case", "block_slots", "--json", str(out)]) == 0
+    assert main(["bench", "--quick", "--case", "prepare_block_slots", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "prepare_block_slots" in printed and "speedup" in printed
     payload = json.loads(out.read_text())
@@ -171,7 +171,7 @@ def test_plan_profile_that_is_a_folder_or_not_utf8(
 def test_plan_profile_with_a_string_bool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from ascend_spec.paths import CONFIGS_DIR
 
-    data = json.loads((CONFIGS_DIR / "profiles" / "seed_ascend910b.json").read_text())
+    data = json.loads((CONFIGS_DIR / "profiles" / "talk_ascend910b.json").read_text())
     data["drafters"]["eagle3"]["sequential"] = "false"
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(data))

@@ -1,4 +1,4 @@
-"""GraphBuckets: padding (the seed's literal examples), the generation rule, shipped defaults, bad input."""
+"""GraphBuckets: padding (the talk's literal examples), the generation rule, shipped defaults, bad input."""
 
 import pytest
 from hypothesis import given, settings
@@ -6,25 +6,25 @@ from hypothesis import strategies as st
 
 from ascend_spec.graph import GraphBuckets
 
-SEED = GraphBuckets([32, 64, 128, 192, 256])
+TALK_BUCKETS = GraphBuckets([32, 64, 128, 192, 256])
 
 
-def test_seed_padding_examples():
-    assert SEED.pad(184) == 192
-    assert SEED.pad(160) == 192
-    assert SEED.pad(128) == 128
-    assert SEED.pad(127) == 128
-    assert SEED.pad(1) == 32
-    assert SEED.pad(257) is None  # above the largest bucket: eager
+def test_talk_padding_examples():
+    assert TALK_BUCKETS.pad(184) == 192
+    assert TALK_BUCKETS.pad(160) == 192
+    assert TALK_BUCKETS.pad(128) == 128
+    assert TALK_BUCKETS.pad(127) == 128
+    assert TALK_BUCKETS.pad(1) == 32
+    assert TALK_BUCKETS.pad(257) is None  # above the largest bucket: eager
 
 
-def test_seed_budget_65_needs_the_next_graph():
+def test_talk_budget_65_needs_the_next_graph():
     b = GraphBuckets([32, 64, 128])
     assert b.pad(64) == 64
     assert b.pad(65) == 128
 
 
-def test_seed_64_requests_times_10_tokens_on_shipped_910b_buckets():
+def test_talk_64_requests_times_10_tokens_on_shipped_910b_buckets():
     b = GraphBuckets.for_soc("ascend910b")
     assert 64 * (9 + 1) == 640
     assert b.pad(64 * (9 + 1)) == 640
@@ -33,7 +33,9 @@ def test_seed_64_requests_times_10_tokens_on_shipped_910b_buckets():
     assert b.pad(256 * 10) == 2560
     draft = GraphBuckets.for_soc("ascend910b", "draft")
     assert draft.pad(256 * 9) == 2304
-    assert draft.pad(16 * 7) == 112 and b.pad(16 * 7) == 128  # seed B=16, K=7 DSpark: drafter 112, target 128
+    assert (
+        draft.pad(16 * 7) == 112 and b.pad(16 * 7) == 128
+    )  # talk's B=16, K=7 DSpark: drafter 112, target 128
 
 
 def test_sizes_are_sorted_and_container_behaviour():
@@ -67,7 +69,7 @@ def test_bad_sizes(sizes, match):
 )
 def test_bad_pad(n, match):
     with pytest.raises(ValueError, match=match):
-        SEED.pad(n)
+        TALK_BUCKETS.pad(n)
 
 
 @pytest.mark.parametrize("max_reqs, q", [(1, 1), (16, 8), (64, 10), (256, 1), (256, 10), (37, 7)])

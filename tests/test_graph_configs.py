@@ -16,8 +16,8 @@ from ascend_spec.graph.config_io import read_json
 from ascend_spec.graph.plan_report import check_dominance, evaluate, format_table, load_plan_profile
 from ascend_spec.paths import CONFIGS_DIR
 
-SHIPPED_PROFILE = CONFIGS_DIR / "profiles" / "seed_ascend910b.json"
-SHIPPED_CURVE = CONFIGS_DIR / "acceptance" / "eagle3_seed.json"
+SHIPPED_PROFILE = CONFIGS_DIR / "profiles" / "talk_ascend910b.json"
+SHIPPED_CURVE = CONFIGS_DIR / "acceptance" / "eagle3_talk.json"
 
 
 def shipped_profile() -> dict:
@@ -184,7 +184,7 @@ def test_from_dict_checks_point_fields():
     with pytest.raises(ValueError, match=r"points\[0\].tokens must be an int; got 8.0"):
         CostProfile.from_dict(data)
     data = small_profile({8: 1.0})
-    data["points"][0]["orign"] = "seed"
+    data["points"][0]["orign"] = "talk"
     with pytest.raises(ValueError, match=r"points\[0\]: unknown key\(s\) \['orign'\]"):
         CostProfile.from_dict(data)
     data = small_profile({8: 1.0})
@@ -250,14 +250,14 @@ def test_costs_so_large_that_tokens_per_second_underflows_still_print(tmp_path):
             p["cost"] = 1e308
         d.pop("eager", None)
     profile = load_plan_profile(write(tmp_path, data))
-    plans = evaluate(profile, load_curve(CONFIGS_DIR / "acceptance" / "dspark_seed.json"), [8])
+    plans = evaluate(profile, load_curve(CONFIGS_DIR / "acceptance" / "dspark_talk.json"), [8])
     assert plans[0].fixed[1].tokens_per_s == 0.0  # 1e308 + 1e308 ms overflows to inf
     assert "n/a" in format_table(plans)
     with pytest.raises(ValueError, match="scaling the draft costs by 2.0 overflows"):
         evaluate(profile, load_curve(SHIPPED_CURVE), [8])  # EAGLE-3: K sequential passes, K x 1e308 ms
 
 
-BASE_CURVE = json.loads((CONFIGS_DIR / "acceptance" / "dspark_seed_mixture.json").read_text())
+BASE_CURVE = json.loads((CONFIGS_DIR / "acceptance" / "dspark_talk_mixture.json").read_text())
 CURVE_PATHS = [p for p in _paths(BASE_CURVE) if p]
 
 

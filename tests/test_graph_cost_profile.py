@@ -17,7 +17,7 @@ PROFILE = CostProfile({32: 10.0, 64: 12.0, 128: 16.0, 192: 21.0})
 def test_step_function_reads_the_padded_bucket():
     assert PROFILE.cost(1) == PROFILE.cost(32) == 10.0
     assert PROFILE.cost(33) == PROFILE.cost(64) == 12.0
-    assert PROFILE.cost(65) == 16.0  # the seed's "budget 65 needs the next graph"
+    assert PROFILE.cost(65) == 16.0  # the talk's "budget 65 needs the next graph"
     assert PROFILE.cost(160) == PROFILE.cost(184) == PROFILE.cost(192) == 21.0
     lk = PROFILE.lookup(100)
     assert (lk.bucket, lk.eager, lk.extrapolated) == (128, False, False)
@@ -60,7 +60,7 @@ def test_bad_profile_arguments():
     with pytest.raises(ValueError, match="costs must be a mapping"):
         CostProfile([(32, 1.0)])
     with pytest.raises(ValueError, match="origins names bucket 16, which is not in costs"):
-        CostProfile({32: 1.0}, origins={16: "seed"})
+        CostProfile({32: 1.0}, origins={16: "talk"})
     with pytest.raises(ValueError, match=r"origins\[32\] must be one of"):
         CostProfile({32: 1.0}, origins={32: "guessed"})
     with pytest.raises(ValueError, match="eager_per_token must not be negative"):
@@ -77,7 +77,7 @@ def profiles(draw):
     for s, d in zip(sizes, steps):
         total += d
         costs[s] = total
-    origins = {s: draw(st.sampled_from(["measured", "seed", "assumed"])) for s in sizes}
+    origins = {s: draw(st.sampled_from(["measured", "talk", "assumed"])) for s in sizes}
     slope = draw(st.one_of(st.none(), st.floats(0, 1, allow_nan=False)))
     return CostProfile(
         costs,
@@ -191,15 +191,15 @@ def test_measure_bad_arguments():
         CostProfile.measure(lambda n: None, [], device="cpu")
 
 
-def test_shipped_seed_profile_is_labelled():
-    data = json.loads((CONFIGS_DIR / "profiles" / "seed_ascend910b.json").read_text())
+def test_shipped_talk_profile_is_labelled():
+    data = json.loads((CONFIGS_DIR / "profiles" / "talk_ascend910b.json").read_text())
     target = CostProfile.from_dict(data["target"])
-    assert target.cost(256 * 6) == 230.0 and target.origins[1536] == "seed"  # BS=256, 5 candidates
-    assert target.cost(256 * 10) == 330.0 and target.origins[2560] == "seed"  # BS=256, 9 candidates
+    assert target.cost(256 * 6) == 230.0 and target.origins[1536] == "talk"  # BS=256, 5 candidates
+    assert target.cost(256 * 10) == 330.0 and target.origins[2560] == "talk"  # BS=256, 9 candidates
     assert target.cost(256) == pytest.approx(256 / 2411 * 1e3, abs=0.05) and target.origins[256] == "derived"
-    assert set(target.origins.values()) == {"seed", "derived", "interpolated", "assumed"}
+    assert set(target.origins.values()) == {"talk", "derived", "interpolated", "assumed"}
     assert len(target.origins) == len(target.costs)  # every point says where it came from
-    assert "SEED FIGURES" in target.source
+    assert "FIGURES FROM THE TALK" in target.source
     for name, d in data["drafters"].items():
         prof = CostProfile.from_dict(d["profile"])
         assert set(prof.origins.values()) == {"assumed"}, name

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from ascend_spec.graph import DraftGraphDispatcher, GraphBuckets, TargetGraphDispatcher, graph_backend
 
 
-def test_seed_dspark_b16_k7_target_128_drafter_112():
+def test_talk_dspark_b16_k7_target_128_drafter_112():
     k = 7
     target = TargetGraphDispatcher(GraphBuckets.for_engine(64, k + 1), tokens_per_request=k + 1)
     draft = DraftGraphDispatcher(
@@ -21,7 +21,7 @@ def test_seed_dspark_b16_k7_target_128_drafter_112():
     assert t.key != d.key and t.key[0] == "target" and d.key[0] == "draft"
     # a shared dispatcher hands the drafter the target's descriptor: 128 tokens, 16 of them padding
     assert t.num_tokens - d.num_tokens == 16
-    # with the seed's sparse buckets a drafter-only dispatcher still pads less than the target's 128 graph
+    # with the talk's sparse buckets a drafter-only dispatcher still pads less than the target's 128 graph
     assert (
         DraftGraphDispatcher(GraphBuckets([32, 64, 112, 128]), tokens_per_request=7).dispatch(16).num_tokens
         == 112
@@ -44,7 +44,7 @@ def test_above_the_largest_bucket_runs_eagerly():
 
 def test_ragged_target_batches():
     disp = TargetGraphDispatcher(GraphBuckets([8, 16, 32, 64]), tokens_per_request=5)
-    # the seed's split: drafts [4, 3, 1] -> query lens [5, 4, 2] -> 11 tokens for 3 requests
+    # the talk's split: drafts [4, 3, 1] -> query lens [5, 4, 2] -> 11 tokens for 3 requests
     d = disp.dispatch(3, num_tokens=11)
     assert (d.num_tokens, d.num_reqs, d.actual_tokens, d.actual_reqs, d.uniform) == (16, 8, 11, 3, False)
     assert d.key == ("target", "ragged", 16, 8)

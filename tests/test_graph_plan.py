@@ -16,8 +16,8 @@ BATCHES = [1, 2, 3, 4, 8, 16, 24, 32, 48, 64, 100, 128, 160, 192, 200, 256, 300,
 
 
 def test_shipped_configs_exist():
-    assert {"eagle3_seed", "dflash_seed", "dspark_seed"} <= set(CURVES)
-    assert "seed_ascend910b" in PROFILES
+    assert {"eagle3_talk", "dflash_talk", "dspark_talk"} <= set(CURVES)
+    assert "talk_ascend910b" in PROFILES
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -33,27 +33,27 @@ def test_dynamic_dominates_on_shipped_configs(profile, curve):
         best = max(c.tokens_per_s for c in p.fixed.values())
         assert p.dynamic.tokens_per_s >= best * (1 - 1e-12)
         assert p.dynamic.tokens_per_s >= p.plain.tokens_per_s * (1 - 1e-12)
-    if curve == "dspark_seed_mixture":  # requests that differ: the per-request budget beats every fixed K
+    if curve == "dspark_talk_mixture":  # requests that differ: the per-request budget beats every fixed K
         big = [p for p in plans if p.batch_size >= 64]
         assert all(p.dynamic.tokens_per_s > 1.02 * p.best_fixed[1].tokens_per_s for p in big)
 
 
-def test_seed_figures_are_reproduced_by_the_shipped_profile():
-    profile = load_plan_profile(CONFIGS_DIR / "profiles" / "seed_ascend910b.json")
-    (p256,) = evaluate(profile, load_curve(CONFIGS_DIR / "acceptance" / "dspark_seed.json"), [256])
-    assert p256.plain.tokens_per_s == pytest.approx(2411, rel=0.001)  # seed: target AR at BS=256
-    assert p256.fixed[9].tokens_per_s == pytest.approx(2614, rel=0.05)  # seed: DSpark fixed K=9
-    (e256,) = evaluate(profile, load_curve(CONFIGS_DIR / "acceptance" / "eagle3_seed.json"), [256])
-    assert e256.fixed[9].tokens_per_s < e256.plain.tokens_per_s  # seed: EAGLE-3 at K=9 below AR
+def test_talk_figures_are_reproduced_by_the_shipped_profile():
+    profile = load_plan_profile(CONFIGS_DIR / "profiles" / "talk_ascend910b.json")
+    (p256,) = evaluate(profile, load_curve(CONFIGS_DIR / "acceptance" / "dspark_talk.json"), [256])
+    assert p256.plain.tokens_per_s == pytest.approx(2411, rel=0.001)  # talk: target AR at BS=256
+    assert p256.fixed[9].tokens_per_s == pytest.approx(2614, rel=0.05)  # talk: DSpark fixed K=9
+    (e256,) = evaluate(profile, load_curve(CONFIGS_DIR / "acceptance" / "eagle3_talk.json"), [256])
+    assert e256.fixed[9].tokens_per_s < e256.plain.tokens_per_s  # talk: EAGLE-3 at K=9 below AR
     assert e256.dynamic.tokens_per_s > e256.plain.tokens_per_s  # the dynamic budget lifts it above AR
 
 
-def test_eagle3_curve_shape_matches_the_seed():
-    curve = load_curve(CONFIGS_DIR / "acceptance" / "eagle3_seed.json")
-    data = json.loads((CONFIGS_DIR / "acceptance" / "eagle3_seed.json").read_text())
+def test_eagle3_curve_shape_matches_the_talk():
+    curve = load_curve(CONFIGS_DIR / "acceptance" / "eagle3_talk.json")
+    data = json.loads((CONFIGS_DIR / "acceptance" / "eagle3_talk.json").read_text())
     a = data["acceptance"]
     assert a[:3] == [0.70, 0.60, 0.50] and a[5] == pytest.approx(0.40, abs=0.01) and max(a[6:]) < 0.40
-    for other in ("dflash_seed", "dspark_seed"):
+    for other in ("dflash_talk", "dspark_talk"):
         higher = load_curve(CONFIGS_DIR / "acceptance" / f"{other}.json")
         assert all(h > e for h, e in zip(higher.mean_survival(), curve.mean_survival()))
 
@@ -64,9 +64,9 @@ def test_cli_plan_prints_the_table(capsys, tmp_path):
         [
             "plan",
             "--profile",
-            str(CONFIGS_DIR / "profiles" / "seed_ascend910b.json"),
+            str(CONFIGS_DIR / "profiles" / "talk_ascend910b.json"),
             "--acceptance",
-            str(CONFIGS_DIR / "acceptance" / "dspark_seed.json"),
+            str(CONFIGS_DIR / "acceptance" / "dspark_talk.json"),
             "--batch-sizes",
             "1",
             "64",
@@ -90,7 +90,7 @@ def test_cli_plan_prints_the_table(capsys, tmp_path):
     assert [p["batch_size"] for p in data["plans"]] == [1, 64, 256]
 
 
-@pytest.mark.parametrize("curve", ["eagle3_seed", "dflash_seed", "dspark_seed_mixture"])
+@pytest.mark.parametrize("curve", ["eagle3_talk", "dflash_talk", "dspark_talk_mixture"])
 def test_cli_plan_by_shipped_name(capsys, curve):
     assert cli.main(["plan", "--acceptance", curve, "--batch-sizes", "8", "128"]) == 0
     assert "check: at every batch size" in capsys.readouterr().out
@@ -117,7 +117,7 @@ def test_cli_errors(capsys, tmp_path):
     assert cli.main(["plan", "--max-drafts", "12"]) == 2
     assert "max_drafts must be in [1, 9]" in capsys.readouterr().err
     bad = tmp_path / "bad_profile.json"
-    data = json.loads((CONFIGS_DIR / "profiles" / "seed_ascend910b.json").read_text())
+    data = json.loads((CONFIGS_DIR / "profiles" / "talk_ascend910b.json").read_text())
     data["target"]["points"][3]["cost"] = -1.0
     bad.write_text(json.dumps(data))
     assert cli.main(["plan", "--profile", str(bad)]) == 2

@@ -4,7 +4,7 @@ Why: the other tests run the kernels under ``TRITON_INTERPRET=1``, which accepts
 (it once hid a loop-carried type clash). The interpreter is chosen when ``@triton.jit`` decorates, so all of this
 runs in ONE subprocess without it (``python tests/test_triton_gpu_compile.py OUT.json``), which:
 
-1. imports every ``ascend_spec/**/_triton_*.py`` and lists its ``@triton.jit`` functions (autotuned and
+1. imports every ``ascend_spec/**/triton.py`` and lists its ``@triton.jit`` functions (autotuned and
    heuristics-wrapped ones unwrapped); those no other jit function uses are kernels, the rest device helpers
    (compiled inside the kernels that call them);
 2. replaces ``JITFunction.run`` (what ``kernel[grid](...)`` calls) by a recorder and drives the PUBLIC ops through
@@ -45,9 +45,9 @@ FLOATS, INDICES = {F32, BF16, F16}, {I32, I64}
 # Kernel ("module:name") -> argument -> pointer dtypes its launcher can pass (read the launcher and the public op's
 # checks). The launch cases below must produce every one of them.
 SPECIALISATIONS: dict[str, dict[str, set[str]]] = {
-    "ascend_spec.ops._triton_confidence:_max_softmax_partials_kernel": {"x_ptr": FLOATS},
+    "ascend_spec.ops.max_softmax_confidence.triton:_max_softmax_partials_kernel": {"x_ptr": FLOATS},
     # The public op normalises positions, rope positions and context lengths to int64; ids keep their dtype.
-    "ascend_spec.ops._triton_block_slots:_prepare_block_slots_kernel": {
+    "ascend_spec.ops.prepare_block_slots.triton:_prepare_block_slots_kernel": {
         "ids_ptr": INDICES,
         "out_ids_ptr": INDICES,
         "pos_ptr": {I64},
@@ -56,13 +56,13 @@ SPECIALISATIONS: dict[str, dict[str, set[str]]] = {
         "table_ptr": {I32},
     },
     # Unused pointers (no capacities, an int budget) are the int32 num_drafts output.
-    "ascend_spec.ops._triton_verify_budget:_allocate_kernel": {
+    "ascend_spec.ops.allocate_verify_budget.triton:_allocate_kernel": {
         "surv_ptr": FLOATS,
         "cap_ptr": INDICES,
         "budget_ptr": INDICES,
     },
     # weight, bias, pool and records dtypes are independent of x's (records must hold x exactly).
-    "ascend_spec.gdn._triton_conv1d:_verify_kernel": {
+    "ascend_spec.gdn.verify_causal_conv1d.triton:_verify_kernel": {
         "x_ptr": FLOATS,
         "w_ptr": FLOATS,
         "b_ptr": FLOATS,
@@ -72,15 +72,15 @@ SPECIALISATIONS: dict[str, dict[str, set[str]]] = {
         "cu_ptr": INDICES,
         "idx_ptr": INDICES,
     },
-    "ascend_spec.gdn._triton_conv1d:_flush_kernel": {
+    "ascend_spec.gdn.verify_causal_conv1d.triton:_flush_kernel": {
         "pool_ptr": FLOATS,
         "rec_ptr": FLOATS,
         "idx_ptr": INDICES,
     },
-    "ascend_spec.gdn._triton_conv1d:_counts_kernel": {"cu_ptr": INDICES, "idx_ptr": INDICES},
+    "ascend_spec.gdn.verify_causal_conv1d.triton:_counts_kernel": {"cu_ptr": INDICES, "idx_ptr": INDICES},
     # q, k, v share one float dtype, g and beta are free; the pool and records are fp32. Flush passes the pool
     # as every token pointer (HAS_TOKENS=False).
-    "ascend_spec.gdn._triton_delta_rule:_verify_kernel": {
+    "ascend_spec.gdn.verify_gated_delta_rule.triton:_verify_kernel": {
         "q": FLOATS,
         "v": FLOATS,
         "o": FLOATS,
@@ -90,7 +90,10 @@ SPECIALISATIONS: dict[str, dict[str, set[str]]] = {
         "cu_seqlens": INDICES,
         "state_indices": INDICES,
     },
-    "ascend_spec.gdn._triton_delta_rule:_meta_kernel": {"cu_seqlens": INDICES, "state_indices": INDICES},
+    "ascend_spec.gdn.verify_gated_delta_rule.triton:_meta_kernel": {
+        "cu_seqlens": INDICES,
+        "state_indices": INDICES,
+    },
 }
 
 
@@ -451,17 +454,17 @@ def test_every_launch_compiles(report: dict, target: str) -> None:
 def test_missing_entry_names_the_kernel_and_says_to_add_one() -> None:
     """A new kernel without an entry fails the coverage test with a message saying what to add."""
     sig = {"x_ptr": F32}
-    kernels = [*SPECIALISATIONS, "ascend_spec.ops._triton_new:_new_kernel"]
+    kernels = [*SPECIALISATIONS, "ascend_spec.ops.new_op.triton:_new_kernel"]
     compiled = {
         name: [{arg: min(want) for arg, want in args.items()}] for name, args in SPECIALISATIONS.items()
     }
-    errors = coverage_errors(kernels, {**compiled, "ascend_spec.ops._triton_new:_new_kernel": [sig]})
+    errors = coverage_errors(kernels, {**compiled, "ascend_spec.ops.new_op.triton:_new_kernel": [sig]})
     assert any(
-        e.startswith("ascend_spec.ops._triton_new:_new_kernel has no SPECIALISATIONS entry") for e in errors
+        e.startswith("ascend_spec.ops.new_op.triton:_new_kernel has no SPECIALISATIONS entry") for e in errors
     )
     assert any("add one" in e for e in errors)
     # A listed dtype that no case compiles is reported too.
-    name = "ascend_spec.ops._triton_confidence:_max_softmax_partials_kernel"
+    name = "ascend_spec.ops.max_softmax_confidence.triton:_max_softmax_partials_kernel"
     errors = coverage_errors(list(SPECIALISATIONS), {**compiled, name: [{"x_ptr": F32}]})
     assert any(e.startswith(f"{name}: no launch case compiled x_ptr as *bf16, *fp16") for e in errors)
     # Every listed dtype compiled: no error; an entry whose kernel is gone is stale.
@@ -475,7 +478,7 @@ def test_missing_entry_names_the_kernel_and_says_to_add_one() -> None:
 
 
 def _discover() -> tuple[dict[str, object], list[str]]:
-    """(kernel name -> JITFunction, helper names) of every ``_triton_*`` module of the package."""
+    """(kernel name -> JITFunction, helper names) of every ``triton`` module (one per op folder) of the package."""
     import importlib
     import pkgutil
 
@@ -485,7 +488,7 @@ def _discover() -> tuple[dict[str, object], list[str]]:
 
     found: dict[str, JITFunction] = {}
     for info in pkgutil.walk_packages(ascend_spec.__path__, "ascend_spec."):
-        if not info.name.rsplit(".", 1)[-1].startswith("_triton_"):
+        if info.name.rsplit(".", 1)[-1] != "triton":
             continue
         module = importlib.import_module(info.name)
         for obj in vars(module).values():

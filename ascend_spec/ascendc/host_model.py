@@ -138,22 +138,47 @@ def written_in_place(t: torch.Tensor) -> Iterator[torch.Tensor]:
         t.copy_(work)
 
 
+def arguments_struct(
+    name: str, pointers: Sequence[str], ints: Sequence[str], floats: Sequence[str] = ()
+) -> type:
+    """A ctypes mirror of a kernel's arguments struct (csrc/kernels/<op>_tiling.h): pointer fields, then int64
+    fields, then float fields, in declaration order. :func:`launch` checks its size against the C++ struct."""
+    fields = [(f, ctypes.c_void_p) for f in pointers] + [(f, ctypes.c_int64) for f in ints]
+    fields += [(f, ctypes.c_float) for f in floats]
+    return type(name, (ctypes.Structure,), {"_fields_": fields})
+
+
+def _check_struct(lib: ctypes.CDLL, kernel: str | Path, args: ctypes.Structure) -> None:
+    stem = kernel_source(kernel).stem
+    size_of = getattr(lib, f"{stem}_args_bytes")
+    size_of.restype = ctypes.c_uint64
+    if size_of() != ctypes.sizeof(args):
+        raise RuntimeError(
+            f"{type(args).__name__} has {ctypes.sizeof(args)} bytes but csrc/kernels/{stem}_tiling.h's arguments "
+            f"struct has {size_of()}: the ctypes mirror no longer matches the C++ struct"
+        )
+
+
 def launch(
     kernel: str | Path,
     entry: str,
-    args: Sequence[object],
+    args: Sequence[object] | ctypes.Structure,
     *,
     tensors: Sequence[torch.Tensor],
     soc: str | SocSpec | None = None,
     reverse_blocks: bool = False,
 ) -> None:
-    """Call ``entry`` of the kernel library with ``args`` (ctypes values).
+    """Call ``entry`` of the kernel library with ``args``: the op's arguments struct (passed by pointer, its size
+    checked against the C++ struct) or, for tests' own kernels, a list of ctypes values.
 
     ``tensors`` are every tensor the kernel may touch; only their bytes are valid GM. The entry's first
     argument is always the vector core count of the SoC (the tiling splits work over it), prepended here.
     """
     spec = soc if isinstance(soc, SocSpec) else soc_spec(soc)
     lib = load_kernel(kernel)
+    if isinstance(args, ctypes.Structure):
+        _check_struct(lib, kernel, args)
+        args = [ctypes.byref(args)]
     lib.ascend_spec_hm_configure(spec.ub_bytes, int(reverse_blocks))
     lib.ascend_spec_hm_clear_gm()
     for t in tensors:

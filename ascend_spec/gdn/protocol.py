@@ -1,6 +1,6 @@
 """The deferred-commit protocol shared by the GDN and conv layers: argument checks both ops run the same way.
 
-Both :mod:`ascend_spec.gdn.delta_rule` and :mod:`ascend_spec.gdn.conv1d` take per call ``state_indices [B]``
+Both :mod:`ascend_spec.gdn.verify_gated_delta_rule` and :mod:`ascend_spec.gdn.verify_causal_conv1d` take per call ``state_indices [B]``
 (-1 = padding row) and ``pending [B]`` int32 (tokens of the slot's last verify call to commit now), and keep
 ``num_recorded [S]`` per state slot. The checks below are the parts of that contract the two ops state
 identically (one place, one error text); what differs between them (record layouts, the cu_seqlens capacity
@@ -9,9 +9,19 @@ rule) stays in each op's module.
 
 from __future__ import annotations
 
+import enum
+
 import torch
 
 from ascend_spec.checks import INDEX_DTYPES, check_tensor
+
+
+class KernelMode(enum.IntEnum):
+    """What one call of a GDN or conv kernel pair does (csrc/kernels/kernel_modes.h holds the same values)."""
+
+    VERIFY = 0  # commit pending records, run this call's tokens, record them
+    FLUSH = 1  # commit pending records only; num_recorded = 0
+    FLUSH_AND_RESET = 2  # FLUSH, then zero pending (the conv kernel; the GDN flush zeroes it in Python)
 
 
 def check_rows(state_indices: object, pending: object, device: torch.device) -> int:
@@ -55,6 +65,21 @@ def check_pending_recorded(
             f"pending[{i}] = {int(pending[i])} exceeds the {int(recorded[i])} tokens recorded for state slot "
             f"{int(state_indices[i])} by its last verify call"
         )
+
+
+def check_row_values(
+    state_indices: torch.Tensor,
+    pending: torch.Tensor,
+    num_slots: int,
+    num_recorded: torch.Tensor,
+    rows: torch.Tensor,
+) -> None:
+    """Value checks (host sync): slots in [-1, S) and distinct, 0 <= pending <= recorded on ``rows`` (bool [B])."""
+    check_slot_values(state_indices, num_slots)
+    if bool((pending < 0).any()):
+        i = int((pending < 0).nonzero()[0, 0])
+        raise ValueError(f"pending must be >= 0; got pending[{i}] = {int(pending[i])}")
+    check_pending_recorded(state_indices, pending, num_recorded, rows)
 
 
 def check_reset_pending(reset_pending: object) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ascend_spec.checks import check_positive_int
+from ascend_spec.checks import check_int
 
 
 @dataclass
@@ -110,14 +110,14 @@ def allocate_records(
     (``H < HV``) pass it to store each key once per k-head. Memory per slot:
     ``4 L (2 (H Dk + HV) + HV Dv) + 8`` bytes (:func:`record_bytes_per_slot`).
     """
-    check_positive_int("num_slots", num_slots)
-    check_positive_int("max_tokens_per_step", max_tokens_per_step)
-    check_positive_int("num_v_heads", num_v_heads)
-    check_positive_int("head_k_dim", head_k_dim)
-    check_positive_int("head_v_dim", head_v_dim)
+    num_slots = check_int("num_slots", num_slots, minimum=1)
+    max_tokens_per_step = check_int("max_tokens_per_step", max_tokens_per_step, minimum=1)
+    num_v_heads = check_int("num_v_heads", num_v_heads, minimum=1)
+    head_k_dim = check_int("head_k_dim", head_k_dim, minimum=1)
+    head_v_dim = check_int("head_v_dim", head_v_dim, minimum=1)
     if num_k_heads is None:
         num_k_heads = num_v_heads
-    check_positive_int("num_k_heads", num_k_heads)
+    num_k_heads = check_int("num_k_heads", num_k_heads, minimum=1)
     if num_v_heads % num_k_heads:
         raise ValueError(f"num_v_heads ({num_v_heads}) must be a multiple of num_k_heads; got {num_k_heads}")
     f32 = torch.float32

@@ -1,8 +1,15 @@
 """Graph buckets, cost profiles, dispatchers and the verify-budget controller."""
 
-from ascend_spec.graph.allocation import BudgetSplit, reference_split, split_budget
 from ascend_spec.graph.buckets import GraphBuckets
-from ascend_spec.graph.controller import BudgetController, BudgetPlan, Explanation, ThresholdRow
+from ascend_spec.graph.controller import (
+    BudgetController,
+    BudgetPlan,
+    BudgetSplit,
+    Explanation,
+    ThresholdRow,
+    reference_split,
+    split_budget,
+)
 from ascend_spec.graph.cost_profile import CostLookup, CostProfile
 from ascend_spec.graph.dispatch import (
     DraftGraphDispatcher,

@@ -1,7 +1,7 @@
 """Acceptance curves for planning: per-position acceptance of one drafter, turned into survival matrices.
 
 A curve file gives, per draft position i, either the conditional acceptance a_i (the chance position i is accepted
-given that every earlier one was; the seed's per-position plot) or the survival p_i = a_1 ... a_i directly.
+given that every earlier one was; the per-position plot of Huawei's talk on DFlash and DSpark in vLLM) or the survival p_i = a_1 ... a_i directly.
 Optionally it holds several request classes with weights (e.g. easy and hard prompts): real batches mix requests
 of different difficulty, which is what a per-request budget exploits; a single class plans for the average.
 """

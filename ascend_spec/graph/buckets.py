@@ -1,7 +1,8 @@
 """Graph buckets: the token counts for which a captured graph exists.
 
-A captured graph runs a fixed number of tokens, so every batch is padded up to the next captured size (seed: 184
-and 160 tokens both run the 192 graph; 128 runs its own). Above the largest bucket the model runs eagerly.
+A captured graph runs a fixed number of tokens, so every batch is padded up to the next captured size (Huawei's
+talk on DFlash and DSpark in vLLM: 184 and 160 tokens both run the 192 graph; 128 runs its own). Above the largest
+bucket the model runs eagerly.
 
 Generated sizes (:meth:`GraphBuckets.for_engine`) follow the rule the engines use, documented in
 docs/controller.md: start from ``1, 2, 4``, then every multiple of 8 below 256, then every multiple of 16, up to
@@ -15,23 +16,11 @@ largest.
 from __future__ import annotations
 
 import bisect
-import operator
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ascend_spec.checks import check_positive_int
+from ascend_spec.checks import check_int
 from ascend_spec.graph.config_io import read_json, require_object
-
-
-def _as_count(name: str, value: object, *, minimum: int = 1) -> int:
-    """An int-like count (Python int or numpy integer; never bool or float)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be an int; got {value!r}")
-    try:
-        value = operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise ValueError(f"{name} must be an int; got {value!r}") from None
-    return check_positive_int(name, value, minimum=minimum)
 
 
 class GraphBuckets:
@@ -42,7 +31,7 @@ class GraphBuckets:
     def __init__(self, sizes: Iterable[int]) -> None:
         if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
             raise ValueError(f"sizes must be an iterable of positive ints; got {sizes!r}")
-        values = [_as_count("sizes entry", s) for s in sizes]
+        values = [check_int("sizes entry", s, minimum=1) for s in sizes]
         if not values:
             raise ValueError("sizes must not be empty: a GraphBuckets needs at least one capture size")
         seen: set[int] = set()
@@ -89,7 +78,7 @@ class GraphBuckets:
     # -- padding -------------------------------------------------------------------------------------------
     def pad(self, num_tokens: int) -> int | None:
         """The capture size that runs ``num_tokens`` (the smallest size >= it), or None above the largest."""
-        n = _as_count("num_tokens", num_tokens)
+        n = check_int("num_tokens", num_tokens, minimum=1)
         i = bisect.bisect_left(self._sizes, n)
         return self._sizes[i] if i < len(self._sizes) else None
 
@@ -104,10 +93,10 @@ class GraphBuckets:
         cls, max_num_reqs: int, tokens_per_request: int = 1, *, max_graphs: int | None = None
     ) -> GraphBuckets:
         """Capture sizes generated the way engines do (see the module docstring for the rule)."""
-        max_num_reqs = _as_count("max_num_reqs", max_num_reqs)
-        q = _as_count("tokens_per_request", tokens_per_request)
+        max_num_reqs = check_int("max_num_reqs", max_num_reqs, minimum=1)
+        q = check_int("tokens_per_request", tokens_per_request, minimum=1)
         if max_graphs is not None:
-            max_graphs = _as_count("max_graphs", max_graphs)
+            max_graphs = check_int("max_graphs", max_graphs, minimum=1)
         limit = max_num_reqs * q
         base = [1, 2, 4, *range(8, 256, 8), *range(256, limit + 1, 16)]
         sizes = sorted({min(-(-s // q) * q, limit) for s in base if s <= limit} | {limit})

@@ -11,10 +11,11 @@ Only bucket boundaries need searching: inside a bucket extra tokens are free and
 a bucket is the one that fills it (capped at B*K). Above the largest bucket the eager cost is linear in T, so
 every T there is a candidate. See docs/controller.md for the rule, the per-position thresholds and the modes.
 
-Modes: "sync" (the seed's V1) reads the survivals back to the host, searches, and returns the split. "async"
-(V2) fixes T before the drafter runs from the recent chosen totals (:meth:`predict_total`), so the target's input
-size B + T is known to the host in advance; the split then happens on the device, and this step's own best total
-is computed on the device too and recorded for later steps without the host waiting for it.
+Modes: "sync" (V1 in Huawei's talk on DFlash and DSpark in vLLM) reads the survivals back to the host, searches,
+and returns the split. "async" (V2) fixes T before the drafter runs from the recent chosen totals
+(:meth:`predict_total`), so the target's input size B + T is known to the host in advance; the split then happens
+on the device (``ascend_spec.ops.allocate_verify_budget``), and this step's own best total is computed on the
+device too and recorded for later steps without the host waiting for it.
 """
 
 from __future__ import annotations
@@ -25,13 +26,30 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ascend_spec.backend import value_checks_enabled
-from ascend_spec.checks import check_choice, check_tensor
-from ascend_spec.graph.allocation import BudgetSplit, finish_split, reference_split, split_budget
-from ascend_spec.graph.buckets import _as_count
+from ascend_spec.backend import resolve_backend, value_checks_enabled
+from ascend_spec.checks import check_choice, check_int, check_tensor
 from ascend_spec.graph.cost_profile import CostProfile
+from ascend_spec.ops import VerifyAllocation, allocate_verify_budget
 
 SURVIVAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+# The split of a budget is ascend_spec.ops.allocate_verify_budget's VerifyAllocation (this name is kept for it).
+BudgetSplit = VerifyAllocation
+
+
+def split_budget(survival: torch.Tensor, total_budget: int, *, backend: str = "auto") -> VerifyAllocation:
+    """The ``total_budget`` best survivals of ``survival [B, K]`` (ties -> lower request, lower position), split
+    by :func:`ascend_spec.ops.allocate_verify_budget`; float64 survivals are split as float32."""
+    if survival.dtype == torch.float64:  # the op takes the drafter's dtypes (fp32/fp16/bf16)
+        survival = survival.float()
+    return allocate_verify_budget(
+        survival, check_int("total_budget", total_budget, minimum=0), backend=backend
+    )
+
+
+def reference_split(survival: torch.Tensor, total_budget: int) -> VerifyAllocation:
+    """:func:`split_budget` on the reference backend (the oracle the other backends are tested against)."""
+    return split_budget(survival, total_budget, backend="reference")
 
 
 @dataclass(frozen=True)
@@ -52,7 +70,7 @@ class BudgetPlan:
     draft_tokens: int  # B * Q (0 when not speculating)
     draft_bucket: int | None
     mode: str
-    allocator: str
+    allocator: str  # the backend of ascend_spec.ops.allocate_verify_budget that split the budget
     draft_index: torch.Tensor  # [T] int32: flat b*K + i of each verified draft, request by request
 
     @property
@@ -130,10 +148,12 @@ class BudgetController:
             )
         self.draft_cost = draft_cost
         self.verify_cost = verify_cost
-        self.max_drafts = _as_count("max_drafts", max_drafts)
-        self.draft_tokens_per_request = _as_count("draft_tokens_per_request", draft_tokens_per_request)
+        self.max_drafts = check_int("max_drafts", max_drafts, minimum=1)
+        self.draft_tokens_per_request = check_int(
+            "draft_tokens_per_request", draft_tokens_per_request, minimum=1
+        )
         self.mode = check_choice("mode", mode, ("sync", "async"))
-        self.history = _as_count("history", history)
+        self.history = check_int("history", history, minimum=1)
         self.backend = backend
         self._totals: collections.deque[int] = collections.deque(maxlen=self.history)
         self._pending: list[tuple[torch.Tensor, object]] = []
@@ -168,8 +188,8 @@ class BudgetController:
 
     def step_cost(self, num_reqs: int, total_budget: int) -> float:
         """D(B*Q) + V(B+T) for T > 0; V(B) for T = 0 (plain decoding: the drafter does not run)."""
-        b = _as_count("num_reqs", num_reqs)
-        t = _as_count("total_budget", total_budget, minimum=0)
+        b = check_int("num_reqs", num_reqs, minimum=1)
+        t = check_int("total_budget", total_budget, minimum=0)
         if t == 0:
             return self.verify_cost.cost(b)
         return self.draft_cost.cost(b * self.draft_tokens_per_request) + self.verify_cost.cost(b + t)
@@ -177,7 +197,7 @@ class BudgetController:
     # -- history (async) -----------------------------------------------------------------------------------
     def record_total(self, total: int) -> None:
         """Remember a chosen total (plan() records its own; engines may record totals chosen elsewhere)."""
-        self._totals.append(_as_count("total", total, minimum=0))
+        self._totals.append(check_int("total", total, minimum=0))
 
     @property
     def recent_totals(self) -> list[int]:
@@ -186,7 +206,7 @@ class BudgetController:
 
     def predict_total(self, num_reqs: int) -> int:
         """Mean of the last ``history`` totals, rounded up, capped at B*K (B*K before any history)."""
-        b = _as_count("num_reqs", num_reqs)
+        b = check_int("num_reqs", num_reqs, minimum=1)
         self._resolve_pending()
         cap = b * self.max_drafts
         if not self._totals:
@@ -195,7 +215,7 @@ class BudgetController:
 
     def planned_total(self, num_reqs: int) -> int:
         """The total an async plan uses: predict_total, grown to fill its graph bucket (same graph, more drafts)."""
-        b = _as_count("num_reqs", num_reqs)
+        b = check_int("num_reqs", num_reqs, minimum=1)
         t = self.predict_total(b)
         if t == 0:
             return 0
@@ -256,7 +276,7 @@ class BudgetController:
         best = int(torch.argmin(obj))
         t = ts[best] if float(obj[best]) < plain / b else 0
         self.record_total(t)
-        split = finish_split(order[:t].to(s.device), b, k, "reference")
+        split = split_budget(s, t, backend=self.backend)
         return self._make_plan(b, t, split, b + float(prefix[t]))
 
     def _plan_async(self, s: torch.Tensor) -> BudgetPlan:
@@ -265,7 +285,7 @@ class BudgetController:
         sorted_vals, best_t = self._device_search(s)
         self._push_pending(best_t)
         if t == 0:
-            split = reference_split(s, 0)
+            split = split_budget(s, 0, backend=self.backend)
             expected: torch.Tensor = torch.full((), float(b), dtype=sorted_vals.dtype, device=s.device)
         else:
             split = split_budget(s, t, backend=self.backend)
@@ -288,7 +308,7 @@ class BudgetController:
             draft_tokens=b * q if t else 0,
             draft_bucket=self.draft_cost.buckets.pad(b * q) if t else None,
             mode=self.mode,
-            allocator=split.allocator,
+            allocator=resolve_backend(self.backend, split.num_drafts.device, op="allocate_verify_budget"),
             draft_index=split.draft_index,
         )
 
@@ -333,7 +353,7 @@ class BudgetController:
             num_reqs = self.last_num_reqs
             if num_reqs is None:
                 raise ValueError("num_reqs must be given before the first plan()")
-        b = _as_count("num_reqs", num_reqs)
+        b = check_int("num_reqs", num_reqs, minimum=1)
         k_max = self.max_drafts
         if survival is not None:
             survival = [float(x) for x in survival]

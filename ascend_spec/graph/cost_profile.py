@@ -24,7 +24,8 @@ from typing import Any
 
 import torch
 
-from ascend_spec.graph.buckets import GraphBuckets, _as_count
+from ascend_spec.checks import check_int
+from ascend_spec.graph.buckets import GraphBuckets
 from ascend_spec.graph.config_io import (
     check_keys,
     field_path,
@@ -37,7 +38,7 @@ from ascend_spec.graph.config_io import (
 
 PROFILE_FORMAT = "ascend-spec/cost-profile/v1"
 #: Where a cost point came from; anything not "measured" is marked in the JSON and the plan report.
-ORIGINS = ("measured", "seed", "derived", "interpolated", "assumed", "adjusted")
+ORIGINS = ("measured", "talk", "derived", "interpolated", "assumed", "adjusted")
 #: The one cost unit: every consumer reads costs as milliseconds (tokens/s = tokens / cost * 1e3).
 UNIT = "ms"
 #: ``eager.origin`` values: a slope given by the profile, or the default extrapolation (recomputed on load).
@@ -74,7 +75,8 @@ class CostProfile:
 
     ``costs`` maps bucket size (tokens) to cost; sizes must be listed in ascending order and costs must not
     decrease with size (a larger graph is never cheaper; an unsorted or decreasing profile is a mistake and is
-    rejected). ``origins`` labels points ("measured", "seed", "derived", "interpolated", "assumed", "adjusted").
+    rejected). ``origins`` labels points ("measured", "talk" (a figure from Huawei's talk on DFlash and DSpark in
+    vLLM), "derived", "interpolated", "assumed", "adjusted").
     ``eager_per_token`` is the cost of each token above the largest bucket; by default it is the slope between the
     two largest buckets (the only bucket's cost per token when there is one), and marked as extrapolated.
     """
@@ -98,7 +100,7 @@ class CostProfile:
         sizes: list[int] = []
         values: list[float] = []
         for size, value in costs.items():
-            s = _as_count("costs bucket size", size)
+            s = check_int("costs bucket size", size, minimum=1)
             c = _check_cost(f"costs[{s}]", value)
             if sizes and s <= sizes[-1]:
                 raise ValueError(
@@ -119,7 +121,7 @@ class CostProfile:
         self.source = source
         self.origins: dict[int, str] = {}
         for size, origin in (origins or {}).items():
-            s = _as_count("origins bucket size", size)
+            s = check_int("origins bucket size", size, minimum=1)
             if s not in self._costs:
                 raise ValueError(f"origins names bucket {s}, which is not in costs {sizes}")
             if origin not in ORIGINS:
@@ -245,7 +247,7 @@ class CostProfile:
             if not isinstance(p, Mapping) or "tokens" not in p or "cost" not in p:
                 raise ValueError(f"{at} must be an object with 'tokens' and 'cost'; got {p!r}")
             check_keys(at, p, _POINT_KEYS)
-            tokens = _as_count(f"{at}.tokens", p["tokens"])
+            tokens = check_int(f"{at}.tokens", p["tokens"], minimum=1)
             if tokens in costs:
                 raise ValueError(f"{at} repeats bucket {tokens}")
             cost = get_number(f"{at}.cost", p["cost"])
@@ -306,8 +308,8 @@ class CostProfile:
             raise ValueError(f"run_fn must be callable; got {run_fn!r}")
         if not isinstance(buckets, GraphBuckets):
             buckets = GraphBuckets(buckets)
-        warmup = _as_count("warmup", warmup, minimum=0)
-        repeats = _as_count("repeats", repeats)
+        warmup = check_int("warmup", warmup, minimum=0)
+        repeats = check_int("repeats", repeats, minimum=1)
         dev = _timing_device(device)
         medians: dict[int, float] = {}
         for size in buckets:

@@ -2,9 +2,9 @@
 
 The target verifies 1 + (verified drafts) tokens per request; a block drafter runs Q tokens per request (Q = K+1
 for DFlash: anchor + K masks; Q = K for DSpark, whose first candidate is read at the anchor). With one shared
-dispatcher the drafter is padded to the target's graphs (seed: B = 16, K = 7 -> the target runs 16 x 8 = 128
-tokens, the DSpark drafter only 16 x 7 = 112, with the 128 target hidden states as its context); the seed measured
-+10% from separate dispatch. Each dispatcher here has its own buckets and tokens per request and returns a
+dispatcher the drafter is padded to the target's graphs (Huawei's talk on DFlash and DSpark in vLLM: B = 16,
+K = 7 -> the target runs 16 x 8 = 128 tokens, the DSpark drafter only 16 x 7 = 112, with the 128 target hidden
+states as its context); the talk measured +10% from separate dispatch. Each dispatcher here has its own buckets and tokens per request and returns a
 :class:`GraphDescriptor` (padded tokens, padded requests, graph key; key None = eager).
 
 Capture and replay go through ``torch.cuda.CUDAGraph`` on CUDA and torch_npu's ``torch.npu.NPUGraph`` on NPU
@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from ascend_spec.graph.buckets import GraphBuckets, _as_count
+from ascend_spec.checks import check_int
+from ascend_spec.graph.buckets import GraphBuckets
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class _GraphDispatcher:
         if not isinstance(buckets, GraphBuckets):
             buckets = GraphBuckets(buckets)
         self.buckets = buckets
-        self.tokens_per_request = _as_count("tokens_per_request", tokens_per_request)
+        self.tokens_per_request = check_int("tokens_per_request", tokens_per_request, minimum=1)
         self.backend = graph_backend(device)
         try:
             self.device: torch.device | str = torch.device(device)
@@ -85,7 +86,7 @@ class _GraphDispatcher:
             RuntimeError
         ):  # "npu" parses only once torch_npu is imported; without it the graphs run eagerly
             self.device = device
-        self.capture_warmup = _as_count("capture_warmup", capture_warmup, minimum=0)
+        self.capture_warmup = check_int("capture_warmup", capture_warmup, minimum=0)
         self._graphs: dict[tuple, tuple[Any, Any]] = {}
         self._pool = None
 
@@ -163,11 +164,11 @@ class TargetGraphDispatcher(_GraphDispatcher):
         to the token bucket, and its request count to the bucket holding it (requests added by padding have no
         tokens); above the largest bucket it runs eagerly.
         """
-        b = _as_count("num_reqs", num_reqs)
+        b = check_int("num_reqs", num_reqs, minimum=1)
         if num_tokens is None:
             tokens, reqs, key, actual = self._uniform(b)
             return GraphDescriptor(self.part, tokens, reqs, key, actual, b, uniform=True)
-        n = _as_count("num_tokens", num_tokens)
+        n = check_int("num_tokens", num_tokens, minimum=1)
         q = self.tokens_per_request
         if not b <= n <= b * q:
             raise ValueError(
@@ -209,11 +210,11 @@ class DraftGraphDispatcher(_GraphDispatcher):
         self.context_tokens_per_request = (
             None
             if context_tokens_per_request is None
-            else _as_count("context_tokens_per_request", context_tokens_per_request)
+            else check_int("context_tokens_per_request", context_tokens_per_request, minimum=1)
         )
 
     def dispatch(self, num_reqs: int) -> GraphDescriptor:
-        b = _as_count("num_reqs", num_reqs)
+        b = check_int("num_reqs", num_reqs, minimum=1)
         tokens, reqs, key, actual = self._uniform(b)
         ctx = None if self.context_tokens_per_request is None else reqs * self.context_tokens_per_request
         return GraphDescriptor(self.part, tokens, reqs, key, actual, b, uniform=True, context_tokens=ctx)

@@ -45,8 +45,8 @@ from ascend_spec.graph.controller import BudgetController
 from ascend_spec.graph.cost_profile import CostProfile
 
 PLAN_PROFILE_FORMAT = "ascend-spec/plan-profile/v1"
-DEFAULT_PROFILE = "seed_ascend910b"
-DEFAULT_CURVE = "dspark_seed"
+DEFAULT_PROFILE = "talk_ascend910b"
+DEFAULT_CURVE = "dspark_talk"
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _PLAN_PROFILE_KEYS = ("format", "label", "soc", "notes", "target", "drafters")
 _DRAFTER_KEYS = ("query", "sequential", "profile")

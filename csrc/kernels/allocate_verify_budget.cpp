@@ -1,6 +1,6 @@
 // allocate_verify_budget: admit the T best (request, position) draft slots of survival [B, K] and emit per-request
 // counts, query lengths, offsets and the flat gather index, without any host read. Semantics (order, ties,
-// out-of-contract clamps): ascend_spec/ops/verify_budget.py; the reference there is the oracle.
+// out-of-contract clamps): ascend_spec/ops/allocate_verify_budget/; the reference there is the oracle.
 //
 // One vector core (the selection is global; B*K is a few thousand slots):
 // 1. survival and capacities -> UB; the scalar unit turns each row into keys: NaN -> 0, clamp to [0, 1], running
@@ -13,8 +13,6 @@
 #include "allocate_verify_budget_tiling.h"
 #include "kernel_operator.h"
 #include "kernel_utils.h"
-
-using ascend_spec::AllocateBudgetTiling;
 
 namespace {
 
@@ -191,34 +189,36 @@ extern "C" __global__ __aicore__ void allocate_verify_budget(GM_ADDR survival, G
     op.Process();
 }
 
-// Host-side launch: `<<<>>>` on the NPU; the host model's launcher on the CPU. Same arguments, same tiling.
-#define ALLOCATE_BUDGET_PARAMS                                                                                   \
-    void *survival, void *capacities, void *budget, void *numDrafts, void *queryLens, void *queryStartLoc,       \
-        void *draftIndex, int64_t numReqs, int64_t numPos, int64_t maxBudget, int64_t budgetValue,               \
-        bool budgetInMemory, bool hasCap
-#define ALLOCATE_BUDGET_TILING                                                                                   \
-    ascend_spec::ComputeAllocateBudgetTiling(numReqs, numPos, maxBudget, budgetValue, budgetInMemory, hasCap)
-#define ALLOCATE_BUDGET_ARGS                                                                                     \
-    (GM_ADDR) survival, (GM_ADDR)capacities, (GM_ADDR)budget, (GM_ADDR)numDrafts, (GM_ADDR)queryLens,            \
-        (GM_ADDR)queryStartLoc, (GM_ADDR)draftIndex, tiling
+// Host-side launch: `<<<>>>` on the NPU; the host model's launcher on the CPU. Both take the same
+// AllocateVerifyBudgetArgs and compute the same tiling from it.
+#define ALLOCATE_BUDGET_GM(a)                                                                                    \
+    (GM_ADDR)(a).survival, (GM_ADDR)(a).capacities, (GM_ADDR)(a).budget, (GM_ADDR)(a).numDrafts,               \
+        (GM_ADDR)(a).queryLens, (GM_ADDR)(a).queryStartLoc, (GM_ADDR)(a).draftIndex
 
 #ifdef ASCEND_SPEC_HOST_MODEL
-extern "C" int allocate_verify_budget_host(uint32_t vectorCores, ALLOCATE_BUDGET_PARAMS) {
+extern "C" uint64_t allocate_verify_budget_args_bytes() { return sizeof(AllocateVerifyBudgetArgs); }
+
+extern "C" int allocate_verify_budget_host(uint32_t vectorCores, const AllocateVerifyBudgetArgs *args) {
     (void)vectorCores;
-    AllocateBudgetTiling tiling = ALLOCATE_BUDGET_TILING;
-    return AscendC::host_model::Launch(tiling.blockDim, allocate_verify_budget, ALLOCATE_BUDGET_ARGS);
+    AllocateBudgetTiling tiling = ascend_spec::ComputeAllocateBudgetTiling(*args);
+    return AscendC::host_model::Launch(tiling.blockDim, allocate_verify_budget, ALLOCATE_BUDGET_GM(*args), tiling);
 }
 
 // UB bytes the tiling needs, so the Python side can refuse a batch too large for one core with a clear message.
 extern "C" int64_t allocate_verify_budget_ub_bytes(int64_t numReqs, int64_t numPos, int64_t maxBudget) {
-    return ascend_spec::ComputeAllocateBudgetTiling(numReqs, numPos, maxBudget, 0, false, true).ubBytes;
+    AllocateVerifyBudgetArgs a{};
+    a.numReqs = numReqs;
+    a.numPos = numPos;
+    a.maxBudget = maxBudget;
+    a.hasCap = 1;
+    return ascend_spec::ComputeAllocateBudgetTiling(a).ubBytes;
 }
 #else
 namespace ascend_spec {
-void allocate_verify_budget_impl(void *stream, uint32_t vectorCores, ALLOCATE_BUDGET_PARAMS) {
+void allocate_verify_budget_impl(void *stream, uint32_t vectorCores, const AllocateVerifyBudgetArgs &a) {
     (void)vectorCores;
-    AllocateBudgetTiling tiling = ALLOCATE_BUDGET_TILING;
-    allocate_verify_budget<<<tiling.blockDim, nullptr, stream>>>(ALLOCATE_BUDGET_ARGS);
+    AllocateBudgetTiling tiling = ComputeAllocateBudgetTiling(a);
+    allocate_verify_budget<<<tiling.blockDim, nullptr, stream>>>(ALLOCATE_BUDGET_GM(a), tiling);
 }
 }  // namespace ascend_spec
 #endif

@@ -1,11 +1,27 @@
-// Tiling of allocate_verify_budget (csrc/kernels/allocate_verify_budget.cpp), computed on the host by both the NPU
-// launcher and the host-model entry. One vector core does the whole selection: the B*K keys live in its Unified
-// Buffer for the 32 bisection steps.
+// Arguments and tiling of allocate_verify_budget (csrc/kernels/allocate_verify_budget.cpp). The arguments are
+// filled by the NPU binding and, field for field, by the host-model runner (ascend_spec/ops/allocate_verify_budget/
+// ascendc.py, a ctypes mirror checked against sizeof at every launch); both derive the tiling from them. One vector
+// core does the whole selection: the B*K keys live in its Unified Buffer for the 32 bisection steps. Global
+// scope: CANN's launch-stub generator declares the kernels' structs there.
 #pragma once
 
 #include <cstdint>
 
-namespace ascend_spec {
+struct AllocateVerifyBudgetArgs {
+    void *survival;         // [B, K] fp32, contiguous
+    void *capacities;       // [B] int32 or nullptr
+    void *budget;           // 0-dim int64 or nullptr (budgetInMemory)
+    void *numDrafts;        // outputs: see VerifyAllocation (ascend_spec/ops/allocate_verify_budget/__init__.py)
+    void *queryLens;
+    void *queryStartLoc;
+    void *draftIndex;
+    int64_t numReqs;        // B
+    int64_t numPos;         // K
+    int64_t maxBudget;      // static bound of the budget
+    int64_t budgetValue;    // the budget when it is a host int
+    int64_t budgetInMemory; // 1: read the budget from `budget`
+    int64_t hasCap;         // 1: capacities given
+};
 
 struct AllocateBudgetTiling {
     int64_t numReqs;        // B
@@ -24,20 +40,22 @@ struct AllocateBudgetTiling {
     uint32_t blockDim;
 };
 
+namespace ascend_spec {
+
 inline int64_t AllocateAlignUp(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
-inline AllocateBudgetTiling ComputeAllocateBudgetTiling(int64_t numReqs, int64_t numPos, int64_t maxBudget,
-                                                        int64_t budgetValue, bool budgetInMemory, bool hasCap) {
+inline AllocateBudgetTiling ComputeAllocateBudgetTiling(const AllocateVerifyBudgetArgs &a) {
     AllocateBudgetTiling t{};
+    const int64_t numReqs = a.numReqs, numPos = a.numPos, maxBudget = a.maxBudget;
     t.numReqs = numReqs;
     t.numPos = numPos;
     t.slots = numReqs * numPos;
     t.slotsPad = AllocateAlignUp(t.slots > 0 ? t.slots : 1, 64);
     t.maxBudget = maxBudget < t.slots ? maxBudget : t.slots;
     t.indexLen = t.maxBudget;
-    t.budgetValue = budgetValue;
-    t.budgetInMemory = budgetInMemory ? 1 : 0;
-    t.hasCap = hasCap ? 1 : 0;
+    t.budgetValue = a.budgetValue;
+    t.budgetInMemory = a.budgetInMemory ? 1 : 0;
+    t.hasCap = a.hasCap ? 1 : 0;
     t.reqPad = AllocateAlignUp(numReqs + 1, 8);
     t.indexPad = AllocateAlignUp(t.indexLen > 0 ? t.indexLen : 1, 8);
     t.tmpLen = AllocateAlignUp(t.slotsPad / 4, 64);

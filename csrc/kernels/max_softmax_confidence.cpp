@@ -1,5 +1,5 @@
 // max_softmax_partials: per row of [N, V] logits, the max logit m and s = sum_v exp((z_v - m) / T), reading the
-// logits once. Semantics and the non-finite rules: ascend_spec/ops/confidence.py (the reference is the oracle).
+// logits once. Semantics, non-finite rules: ascend_spec/ops/max_softmax_confidence/ (the reference is the oracle).
 //
 // Work split: vector core c owns rows [c * rowsPerCore, (c + 1) * rowsPerCore). A row is walked in tiles of tileV
 // elements (GM -> UB by DataCopyPad, double-buffered through a depth-2 TQue so tile t+1 loads while tile t
@@ -10,8 +10,6 @@
 #include "kernel_operator.h"
 #include "kernel_utils.h"
 #include "max_softmax_confidence_tiling.h"
-
-using ascend_spec::MaxSoftmaxTiling;
 
 namespace {
 
@@ -175,24 +173,22 @@ extern "C" __global__ __aicore__ void max_softmax_partials(GM_ADDR logits, GM_AD
     }
 }
 
-// Host-side launch: `<<<>>>` on the NPU; the host model's block-by-block launcher on the CPU. Same arguments and
-// the same tiling (ComputeMaxSoftmaxTiling) in both.
-#define MAX_SOFTMAX_PARAMS                                                                                       \
-    int64_t dtype, void *logits, void *rowMax, void *rowSum, int64_t numRows, int64_t vocab, int64_t rowStride,  \
-        float invTemperature
-#define MAX_SOFTMAX_ARGS (GM_ADDR) logits, (GM_ADDR)rowMax, (GM_ADDR)rowSum, dtype, tiling
+// Host-side launch: `<<<>>>` on the NPU; the host model's block-by-block launcher on the CPU. Both take the same
+// MaxSoftmaxConfidenceArgs and compute the same tiling from it.
+#define MAX_SOFTMAX_GM(a) (GM_ADDR)(a).logits, (GM_ADDR)(a).rowMax, (GM_ADDR)(a).rowSum, (a).dtype
 
 #ifdef ASCEND_SPEC_HOST_MODEL
-extern "C" int max_softmax_partials_host(uint32_t vectorCores, MAX_SOFTMAX_PARAMS) {
-    MaxSoftmaxTiling tiling =
-        ascend_spec::ComputeMaxSoftmaxTiling(numRows, vocab, rowStride, invTemperature, vectorCores);
-    return AscendC::host_model::Launch(tiling.blockDim, max_softmax_partials, MAX_SOFTMAX_ARGS);
+extern "C" uint64_t max_softmax_confidence_args_bytes() { return sizeof(MaxSoftmaxConfidenceArgs); }
+
+extern "C" int max_softmax_partials_host(uint32_t vectorCores, const MaxSoftmaxConfidenceArgs *args) {
+    MaxSoftmaxTiling tiling = ascend_spec::ComputeMaxSoftmaxTiling(*args, vectorCores);
+    return AscendC::host_model::Launch(tiling.blockDim, max_softmax_partials, MAX_SOFTMAX_GM(*args), tiling);
 }
 #else
 namespace ascend_spec {
-void max_softmax_partials_impl(void *stream, uint32_t vectorCores, MAX_SOFTMAX_PARAMS) {
-    MaxSoftmaxTiling tiling = ComputeMaxSoftmaxTiling(numRows, vocab, rowStride, invTemperature, vectorCores);
-    max_softmax_partials<<<tiling.blockDim, nullptr, stream>>>(MAX_SOFTMAX_ARGS);
+void max_softmax_partials_impl(void *stream, uint32_t vectorCores, const MaxSoftmaxConfidenceArgs &a) {
+    MaxSoftmaxTiling tiling = ComputeMaxSoftmaxTiling(a, vectorCores);
+    max_softmax_partials<<<tiling.blockDim, nullptr, stream>>>(MAX_SOFTMAX_GM(a), tiling);
 }
 }  // namespace ascend_spec
 #endif

@@ -1,5 +1,5 @@
 // prepare_block_slots: input ids, rope positions and paged-cache slots of B x Q block-drafter query tokens (plus
-// the context tokens injected into the drafter cache) in one launch. Semantics: ascend_spec/ops/block_slots.py.
+// the context tokens injected into the drafter cache) in one launch. Semantics: ascend_spec/ops/prepare_block_slots/.
 //
 // Work split: vector core c owns padded requests [c * reqsPerCore, (c + 1) * reqsPerCore); every output range a
 // core writes is contiguous and disjoint from the other cores' ranges. Values are computed by the scalar unit into
@@ -8,8 +8,6 @@
 #include "kernel_operator.h"
 #include "kernel_utils.h"
 #include "prepare_block_slots_tiling.h"
-
-using ascend_spec::PrepareBlockSlotsTiling;
 
 namespace {
 
@@ -206,40 +204,34 @@ private:
 PREPARE_BLOCK_SLOTS_KERNEL(prepare_block_slots_i32, int32_t)
 PREPARE_BLOCK_SLOTS_KERNEL(prepare_block_slots_i64, int64_t)
 
-// Host-side launch: `<<<>>>` on the NPU; the host model's block-by-block launcher on the CPU. The argument list is
-// the same in both, and so is the tiling (ComputePrepareBlockSlotsTiling).
-#define PREPARE_BLOCK_SLOTS_PARAMS                                                                               \
-    bool idsAreInt64, void *anchorIds, void *anchorPos, void *ropePos, void *blockTable, void *ctxStart,         \
-        void *inputIds, void *positions, void *slotMapping, void *queryStartLoc, void *seqLens,                 \
-        void *sampleIndices, void *ctxSlots, void *ctxPositions, int64_t numReqs, int64_t numPaddedReqs,        \
-        int64_t numQueryTokens, int64_t blockSize, int64_t maxPages, int64_t ropeRows, bool sampleFromAnchor,   \
-        int64_t maskTokenId, int64_t totalContext
-#define PREPARE_BLOCK_SLOTS_ARGS                                                                                 \
-    (GM_ADDR) anchorIds, (GM_ADDR)anchorPos, (GM_ADDR)ropePos, (GM_ADDR)blockTable, (GM_ADDR)ctxStart,          \
-        (GM_ADDR)inputIds, (GM_ADDR)positions, (GM_ADDR)slotMapping, (GM_ADDR)queryStartLoc, (GM_ADDR)seqLens,  \
-        (GM_ADDR)sampleIndices, (GM_ADDR)ctxSlots, (GM_ADDR)ctxPositions, tiling
+// Host-side launch: `<<<>>>` on the NPU; the host model's block-by-block launcher on the CPU. Both take the same
+// PrepareBlockSlotsArgs and compute the same tiling from it.
+#define PREPARE_BLOCK_SLOTS_GM(a)                                                                                \
+    (GM_ADDR)(a).anchorIds, (GM_ADDR)(a).anchorPos, (GM_ADDR)(a).ropePos, (GM_ADDR)(a).blockTable,              \
+        (GM_ADDR)(a).ctxStart, (GM_ADDR)(a).inputIds, (GM_ADDR)(a).positions, (GM_ADDR)(a).slotMapping,         \
+        (GM_ADDR)(a).queryStartLoc, (GM_ADDR)(a).seqLens, (GM_ADDR)(a).sampleIndices, (GM_ADDR)(a).ctxSlots,    \
+        (GM_ADDR)(a).ctxPositions
 
 #ifdef ASCEND_SPEC_HOST_MODEL
-extern "C" int prepare_block_slots_host(uint32_t vectorCores, PREPARE_BLOCK_SLOTS_PARAMS) {
-    PrepareBlockSlotsTiling tiling = ascend_spec::ComputePrepareBlockSlotsTiling(
-        numReqs, numPaddedReqs, numQueryTokens, blockSize, maxPages, ropeRows, sampleFromAnchor, maskTokenId,
-        totalContext, vectorCores);
-    if (idsAreInt64) {
-        return AscendC::host_model::Launch(tiling.blockDim, prepare_block_slots_i64, PREPARE_BLOCK_SLOTS_ARGS);
+extern "C" uint64_t prepare_block_slots_args_bytes() { return sizeof(PrepareBlockSlotsArgs); }
+
+extern "C" int prepare_block_slots_host(uint32_t vectorCores, const PrepareBlockSlotsArgs *args) {
+    const PrepareBlockSlotsArgs &a = *args;
+    PrepareBlockSlotsTiling tiling = ascend_spec::ComputePrepareBlockSlotsTiling(a, vectorCores);
+    if (a.idsAreInt64) {
+        return AscendC::host_model::Launch(tiling.blockDim, prepare_block_slots_i64, PREPARE_BLOCK_SLOTS_GM(a),
+                                           tiling);
     }
-    return AscendC::host_model::Launch(tiling.blockDim, prepare_block_slots_i32, PREPARE_BLOCK_SLOTS_ARGS);
+    return AscendC::host_model::Launch(tiling.blockDim, prepare_block_slots_i32, PREPARE_BLOCK_SLOTS_GM(a), tiling);
 }
 #else
 namespace ascend_spec {
-void prepare_block_slots_impl(void *stream, uint32_t vectorCores, PREPARE_BLOCK_SLOTS_PARAMS) {
-    PrepareBlockSlotsTiling tiling = ComputePrepareBlockSlotsTiling(numReqs, numPaddedReqs, numQueryTokens,
-                                                                    blockSize, maxPages, ropeRows,
-                                                                    sampleFromAnchor, maskTokenId, totalContext,
-                                                                    vectorCores);
-    if (idsAreInt64) {
-        prepare_block_slots_i64<<<tiling.blockDim, nullptr, stream>>>(PREPARE_BLOCK_SLOTS_ARGS);
+void prepare_block_slots_impl(void *stream, uint32_t vectorCores, const PrepareBlockSlotsArgs &a) {
+    PrepareBlockSlotsTiling tiling = ComputePrepareBlockSlotsTiling(a, vectorCores);
+    if (a.idsAreInt64) {
+        prepare_block_slots_i64<<<tiling.blockDim, nullptr, stream>>>(PREPARE_BLOCK_SLOTS_GM(a), tiling);
     } else {
-        prepare_block_slots_i32<<<tiling.blockDim, nullptr, stream>>>(PREPARE_BLOCK_SLOTS_ARGS);
+        prepare_block_slots_i32<<<tiling.blockDim, nullptr, stream>>>(PREPARE_BLOCK_SLOTS_GM(a), tiling);
     }
 }
 }  // namespace ascend_spec

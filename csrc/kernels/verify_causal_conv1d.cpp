@@ -1,6 +1,6 @@
 // verify_causal_conv1d: commit each row's pending tokens into its conv state slot, then run the depthwise causal
 // conv over this call's tokens and record them for the next commit. Also the flush of the conv records.
-// Semantics: ascend_spec/gdn/conv1d.py (the reference is the oracle); design: docs/gdn.md.
+// Semantics: ascend_spec/gdn/verify_causal_conv1d/ (the reference is the oracle); design: docs/verify_causal_conv1d.md.
 //
 // Work split: a unit is (channel tile, row); vector core c owns units [c * unitsPerCore, (c + 1) * unitsPerCore),
 // tile-major so consecutive units reuse the tile's weights. A unit owns the channel slice of BOTH its slot's conv
@@ -18,8 +18,6 @@
 #include "kernel_utils.h"
 #include "verify_causal_conv1d_tiling.h"
 
-using ascend_spec::VerifyConv1dTiling;
-
 namespace {
 
 using namespace ascend_spec::kernel;  // kernel_utils.h
@@ -36,7 +34,7 @@ public:
         const int64_t b = t_.numRows, c = t_.channels, w = t_.width, s = t_.numSlots, l = t_.maxTokens;
         wm1_ = w - 1;
         tc_ = t_.tileC;
-        if (t_.mode == 0) {
+        if (t_.mode == kModeVerify) {
             x_.SetGlobalBuffer((__gm__ TX *)x);  // T rows: bounded by cu_seqlens (checked on the host)
             y_.SetGlobalBuffer((__gm__ TX *)y);
             weightT_.SetGlobalBuffer((__gm__ float *)weightT, w * c);
@@ -88,7 +86,7 @@ public:
             const int64_t tile = u / t_.numRows, row = u % t_.numRows;
             const int64_t c0 = tile * tc_;
             const int64_t ct = Min64(tc_, t_.channels - c0);
-            if (t_.mode == 0) {
+            if (t_.mode == kModeVerify) {
                 if (tile != loadedTile) {
                     LoadParams(c0, ct);
                     loadedTile = tile;
@@ -312,7 +310,7 @@ public:
                                 const VerifyConv1dTiling &tiling, AscendC::TPipe *pipe) {
         t_ = tiling;
         numRecorded_.SetGlobalBuffer((__gm__ int32_t *)numRecorded, t_.numSlots);
-        if (t_.mode == 0) cu_.SetGlobalBuffer((__gm__ int32_t *)cuSeqlens, t_.numRows + 1);
+        if (t_.mode == kModeVerify) cu_.SetGlobalBuffer((__gm__ int32_t *)cuSeqlens, t_.numRows + 1);
         idx_.SetGlobalBuffer((__gm__ int32_t *)stateIndices, t_.numRows);
         pending_.SetGlobalBuffer((__gm__ int32_t *)pending, t_.numRows);
         pipe->InitBuffer(buf_, kRows * 32);
@@ -326,19 +324,19 @@ public:
             const int64_t m = Min64(kRows, end - lo);
             for (int64_t i = 0; i < m; ++i) {  // one 32-byte block per row: DataCopyPad needs aligned UB sources
                 int64_t v = 0;
-                if (t_.mode == 0) v = Min64(cu_.GetValue(lo + i + 1) - cu_.GetValue(lo + i), t_.maxTokens);
+                if (t_.mode == kModeVerify) v = Min64(cu_.GetValue(lo + i + 1) - cu_.GetValue(lo + i), t_.maxTokens);
                 tile.SetValue(static_cast<uint32_t>(i * 8), static_cast<int32_t>(v));
             }
             Sync<AscendC::HardEvent::S_MTE3>();
             for (int64_t i = 0; i < m; ++i) {
                 const int64_t slot = idx_.GetValue(lo + i);
                 if (slot < 0) continue;
-                if (t_.mode == 0 && tile.GetValue(static_cast<uint32_t>(i * 8)) <= 0) continue;
+                if (t_.mode == kModeVerify && tile.GetValue(static_cast<uint32_t>(i * 8)) <= 0) continue;
                 AscendC::DataCopyExtParams one{1, 4, 0, 0, 0};
                 AscendC::DataCopyPad(numRecorded_[static_cast<uint64_t>(slot)], tile[static_cast<uint32_t>(i * 8)], one);
             }
             Sync<AscendC::HardEvent::MTE3_S>();
-            if (t_.mode == 2) {
+            if (t_.mode == kModeFlushAndReset) {
                 Sync<AscendC::HardEvent::MTE3_V>();
                 Sync<AscendC::HardEvent::S_V>();
                 AscendC::Duplicate(tile, static_cast<int32_t>(0), static_cast<int32_t>(m));
@@ -418,44 +416,44 @@ extern "C" __global__ __aicore__ void verify_causal_conv1d_counts(GM_ADDR numRec
     op.Process();
 }
 
-// Host-side launch: `<<<>>>` on the NPU; the host model's block-by-block launcher on the CPU. Same arguments and
-// same tiling (ComputeVerifyConv1dTiling) in both. mode 0: verify; 1: flush; 2: flush and zero pending.
-#define VERIFY_CONV1D_PARAMS                                                                                     \
-    void *x, void *weightT, void *bias, void *y, void *pool, void *rec, void *numRecorded, void *cu, void *idx,  \
-        void *pending, int64_t xType, int64_t recType, int64_t poolType, int64_t numRows, int64_t channels,      \
-        int64_t width, int64_t maxTokens, int64_t numSlots, bool hasBias, bool silu, int64_t mode,               \
-        int64_t ubBytes
-#define VERIFY_CONV1D_TILING                                                                                     \
-    ascend_spec::ComputeVerifyConv1dTiling(numRows, channels, width, maxTokens, numSlots, hasBias, silu, mode,   \
-                                           ascend_spec::kernel::DtypeBytes(xType),                               \
-                                           ascend_spec::kernel::DtypeBytes(recType),                             \
-                                           ascend_spec::kernel::DtypeBytes(poolType), ubBytes, vectorCores)
-#define VERIFY_CONV1D_ARGS                                                                                       \
-    (GM_ADDR) x, (GM_ADDR)weightT, (GM_ADDR)bias, (GM_ADDR)y, (GM_ADDR)pool, (GM_ADDR)rec, (GM_ADDR)numRecorded, \
-        (GM_ADDR)cu, (GM_ADDR)idx, (GM_ADDR)pending, xType, recType, poolType, tiling
-#define VERIFY_CONV1D_COUNTS_ARGS (GM_ADDR) numRecorded, (GM_ADDR)cu, (GM_ADDR)idx, (GM_ADDR)pending, tiling
+// Host-side launch: `<<<>>>` on the NPU; the host model's block-by-block launcher on the CPU. Both take the same
+// VerifyCausalConv1dArgs and compute the same tiling from it (any KernelMode).
+#define VERIFY_CONV1D_GM(a)                                                                                      \
+    (GM_ADDR)(a).x, (GM_ADDR)(a).weightT, (GM_ADDR)(a).bias, (GM_ADDR)(a).y, (GM_ADDR)(a).pool,                 \
+        (GM_ADDR)(a).rec, (GM_ADDR)(a).numRecorded, (GM_ADDR)(a).cu, (GM_ADDR)(a).idx, (GM_ADDR)(a).pending,    \
+        (a).xType, (a).recType, (a).poolType
+#define VERIFY_CONV1D_COUNTS_GM(a) (GM_ADDR)(a).numRecorded, (GM_ADDR)(a).cu, (GM_ADDR)(a).idx, (GM_ADDR)(a).pending
+
+namespace {
+VerifyConv1dTiling ConvTiling(const VerifyCausalConv1dArgs &a, uint32_t vectorCores) {
+    using ascend_spec::kernel::DtypeBytes;
+    return ascend_spec::ComputeVerifyConv1dTiling(a, DtypeBytes(a.xType), DtypeBytes(a.recType),
+                                                  DtypeBytes(a.poolType), vectorCores);
+}
+}  // namespace
 
 #ifdef ASCEND_SPEC_HOST_MODEL
-extern "C" int verify_causal_conv1d_host(uint32_t vectorCores, VERIFY_CONV1D_PARAMS) {
-    VerifyConv1dTiling tiling = VERIFY_CONV1D_TILING;
-    int status = AscendC::host_model::Launch(tiling.blockDim, verify_causal_conv1d, VERIFY_CONV1D_ARGS);
+extern "C" uint64_t verify_causal_conv1d_args_bytes() { return sizeof(VerifyCausalConv1dArgs); }
+
+extern "C" int verify_causal_conv1d_host(uint32_t vectorCores, const VerifyCausalConv1dArgs *args) {
+    const VerifyCausalConv1dArgs &a = *args;
+    VerifyConv1dTiling tiling = ConvTiling(a, vectorCores);
+    int status = AscendC::host_model::Launch(tiling.blockDim, verify_causal_conv1d, VERIFY_CONV1D_GM(a), tiling);
     if (status != 0) return status;
-    return AscendC::host_model::Launch(tiling.countBlockDim, verify_causal_conv1d_counts,
-                                       VERIFY_CONV1D_COUNTS_ARGS);
+    return AscendC::host_model::Launch(tiling.countBlockDim, verify_causal_conv1d_counts, VERIFY_CONV1D_COUNTS_GM(a),
+                                       tiling);
 }
 
-extern "C" int64_t verify_causal_conv1d_tile_channels(uint32_t vectorCores, VERIFY_CONV1D_PARAMS) {
-    VerifyConv1dTiling tiling = VERIFY_CONV1D_TILING;
-    (void)x, (void)weightT, (void)bias, (void)y, (void)pool, (void)rec, (void)numRecorded, (void)cu, (void)idx;
-    (void)pending;
-    return tiling.tileC;
+// Channels per unit the tiling picks for `args` (pointers unused).
+extern "C" int64_t verify_causal_conv1d_tile_channels(uint32_t vectorCores, const VerifyCausalConv1dArgs *args) {
+    return ConvTiling(*args, vectorCores).tileC;
 }
 #else
 namespace ascend_spec {
-void verify_causal_conv1d_impl(void *stream, uint32_t vectorCores, VERIFY_CONV1D_PARAMS) {
-    VerifyConv1dTiling tiling = VERIFY_CONV1D_TILING;
-    verify_causal_conv1d<<<tiling.blockDim, nullptr, stream>>>(VERIFY_CONV1D_ARGS);
-    verify_causal_conv1d_counts<<<tiling.countBlockDim, nullptr, stream>>>(VERIFY_CONV1D_COUNTS_ARGS);
+void verify_causal_conv1d_impl(void *stream, uint32_t vectorCores, const VerifyCausalConv1dArgs &a) {
+    VerifyConv1dTiling tiling = ConvTiling(a, vectorCores);
+    verify_causal_conv1d<<<tiling.blockDim, nullptr, stream>>>(VERIFY_CONV1D_GM(a), tiling);
+    verify_causal_conv1d_counts<<<tiling.countBlockDim, nullptr, stream>>>(VERIFY_CONV1D_COUNTS_GM(a), tiling);
 }
 }  // namespace ascend_spec
 #endif

@@ -1,10 +1,37 @@
-// Tiling of verify_causal_conv1d / flush of the conv records, computed on the host by both the NPU binding and the
-// host-model entry, so the two launch the kernel identically.
+// Arguments and tiling of verify_causal_conv1d / the flushes of its records. The arguments are filled by the NPU
+// binding and, field for field, by the host-model runner (ascend_spec/gdn/verify_causal_conv1d/ascendc.py, a
+// ctypes mirror checked against sizeof at every launch); both derive the tiling from them, so the two launch the
+// kernel identically. Global scope: CANN's launch-stub generator declares the kernels' structs there.
 #pragma once
 
 #include <cstdint>
 
-namespace ascend_spec {
+#include "kernel_modes.h"
+
+struct VerifyCausalConv1dArgs {
+    void *x;              // [T, C] (nullptr in the flush modes, as are weightT, bias, y, cu)
+    void *weightT;        // [W, C] fp32
+    void *bias;           // [C] fp32 or nullptr
+    void *y;              // [T, C] out, x's dtype
+    void *pool;           // [S, C, W-1] conv state pool
+    void *rec;            // ConvRecords.x [S, L, C]
+    void *numRecorded;    // [S] int32
+    void *cu;             // [B+1] int32 cu_seqlens
+    void *idx;            // [B] int32 state_indices (-1 = padding row)
+    void *pending;        // [B] int32
+    int64_t xType;        // dtype codes: 0 fp32, 1 bf16, 2 fp16
+    int64_t recType;
+    int64_t poolType;
+    int64_t numRows;      // B
+    int64_t channels;     // C
+    int64_t width;        // W
+    int64_t maxTokens;    // L
+    int64_t numSlots;     // S
+    int64_t hasBias;
+    int64_t silu;
+    int64_t mode;         // KernelMode
+    int64_t ubBytes;      // Unified Buffer of one vector core
+};
 
 struct VerifyConv1dTiling {
     int64_t numRows;      // B: rows of this call (state_indices entries)
@@ -18,11 +45,13 @@ struct VerifyConv1dTiling {
     int64_t unitsPerCore; // (row, channel tile) units per vector core
     int64_t hasBias;
     int64_t silu;
-    int64_t mode;         // 0 verify; 1 flush; 2 flush and zero pending
+    int64_t mode;         // KernelMode: verify, flush, or flush and zero pending
     int64_t countRowsPerCore;  // rows per vector core of the count kernel
     uint32_t blockDim;         // vector cores launched (main kernel)
     uint32_t countBlockDim;    // vector cores launched (count kernel)
 };
+
+namespace ascend_spec {
 
 // Unified Buffer bytes the kernel carves for a channel tile of `tileC` (see VerifyConv1d::Init).
 inline int64_t VerifyConv1dUbBytes(int64_t tileC, int64_t tileT, int64_t width, int64_t xBytes, int64_t recBytes,
@@ -42,19 +71,19 @@ inline int64_t VerifyConv1dUbBytes(int64_t tileC, int64_t tileT, int64_t width, 
     return perChannel * tileC + 10 * 32;      // alignment slack of the ten buffers
 }
 
-inline VerifyConv1dTiling ComputeVerifyConv1dTiling(int64_t numRows, int64_t channels, int64_t width,
-                                                     int64_t maxTokens, int64_t numSlots, bool hasBias, bool silu,
-                                                     int64_t mode, int64_t xBytes, int64_t recBytes,
-                                                     int64_t poolBytes, int64_t ubBytes, uint32_t vectorCores) {
+// xBytes, recBytes, poolBytes: element bytes of x, records and pool (kernel_utils.h DtypeBytes of the codes).
+inline VerifyConv1dTiling ComputeVerifyConv1dTiling(const VerifyCausalConv1dArgs &a, int64_t xBytes,
+                                                     int64_t recBytes, int64_t poolBytes, uint32_t vectorCores) {
     VerifyConv1dTiling t{};
+    const int64_t numRows = a.numRows, channels = a.channels, width = a.width, ubBytes = a.ubBytes;
     t.numRows = numRows;
     t.channels = channels;
     t.width = width;
-    t.maxTokens = maxTokens;
-    t.numSlots = numSlots;
-    t.hasBias = hasBias ? 1 : 0;
-    t.silu = silu ? 1 : 0;
-    t.mode = mode;
+    t.maxTokens = a.maxTokens;
+    t.numSlots = a.numSlots;
+    t.hasBias = a.hasBias ? 1 : 0;
+    t.silu = a.silu ? 1 : 0;
+    t.mode = a.mode;
     t.tileT = width - 1 > 16 ? width - 1 : 16;
     const int64_t cPadded = (channels + 15) / 16 * 16;
     int64_t tileC = cPadded < 1024 ? cPadded : 1024;

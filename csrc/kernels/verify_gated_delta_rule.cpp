@@ -1,7 +1,7 @@
 // verify_gated_delta_rule: commit each row's pending tokens into its GDN state slot by replaying the records of its
 // previous call, write the committed state once, then run the gated delta rule over this call's tokens and record
-// them (k, g into the other bank, u). Also the flush of the GDN records (mode 1: replay and store, no tokens).
-// Semantics: ascend_spec/gdn/delta_rule.py (the reference is the oracle); design: docs/gdn.md.
+// them (k, g into the other bank, u). Also the flush of the GDN records (kModeFlush: replay and store, no tokens).
+// Semantics: ascend_spec/gdn/verify_gated_delta_rule/ (the reference is the oracle); design: docs/verify_gated_delta_rule.md.
 //
 // Work split: a unit is (row, value head hv, value tile); vector core c owns units [c * unitsPerCore, ...). A unit
 // keeps the state tile S[slot, hv, :, v0:v0+tileV] ([Dk, tileV] fp32, 64 KiB at 128 x 128) in the Unified Buffer
@@ -20,8 +20,6 @@
 #include "kernel_utils.h"
 #include "verify_gated_delta_rule_tiling.h"
 
-using ascend_spec::VerifyGdnTiling;
-
 namespace {
 
 using namespace ascend_spec::kernel;  // kernel_utils.h
@@ -38,7 +36,7 @@ public:
         t_ = tiling;
         const int64_t tt = t_.numTokens, b = t_.numRows, h = t_.numHeads, hv = t_.numVHeads, s = t_.numSlots;
         const int64_t l = t_.maxTokens, dk = t_.dk, dv = t_.dv;
-        if (t_.mode == 0) {
+        if (t_.mode == kModeVerify) {
             q_.SetGlobalBuffer((__gm__ TX *)q, tt * h * dk);
             k_.SetGlobalBuffer((__gm__ TX *)k, tt * h * dk);
             v_.SetGlobalBuffer((__gm__ TX *)v, tt * hv * dv);
@@ -102,7 +100,7 @@ private:
         const bool valid = raw >= 0;
         const int64_t slot = valid ? raw : 0;
         int64_t bos = 0, n = 0;
-        if (t_.mode == 0) {
+        if (t_.mode == kModeVerify) {
             bos = cu_.GetValue(row);
             n = cu_.GetValue(row + 1) - bos;
         }
@@ -110,11 +108,11 @@ private:
             for (int64_t c0 = 0; c0 < n; c0 += t_.tileT) ZeroOutputs(bos + c0, Min64(t_.tileT, n - c0), hv, v0, tv);
             return;
         }
-        if (t_.mode == 0 && n <= 0) return;  // absent this step: state and records untouched
+        if (t_.mode == kModeVerify && n <= 0) return;  // absent this step: state and records untouched
         const int64_t bank = bank_.GetValue(slot);
         int64_t nRep = Min64(pending_.GetValue(row), numRecorded_.GetValue(slot));
         nRep = Max64(Min64(nRep, t_.maxTokens), 0);
-        if (t_.mode == 1 && nRep == 0) return;  // flush: nothing pending
+        if (t_.mode == kModeFlush && nRep == 0) return;  // flush: nothing pending
         const int64_t h = hv / (t_.numVHeads / t_.numHeads);
         const uint64_t stateOff = static_cast<uint64_t>(slot * t_.poolStride + hv * t_.dk * t_.dv + v0);
 
@@ -128,7 +126,7 @@ private:
             StoreRows(pool_[stateOff], s_, t_.dk, tv, t_.dv, t_.tileV);  // the committed state, written once
             Sync<AscendC::HardEvent::MTE3_V>();
         }
-        if (t_.mode != 0) return;
+        if (t_.mode != kModeVerify) return;
         const bool ownK = firstTile && (hv % (t_.numVHeads / t_.numHeads) == 0);
         for (int64_t c0 = 0; c0 < n; c0 += t_.tileT) {
             TokenChunk(slot, 1 - bank, h, hv, v0, tv, bos, c0, Min64(t_.tileT, n - c0), ownK, firstTile);
@@ -307,7 +305,7 @@ public:
     __aicore__ inline void Init(GM_ADDR cu, GM_ADDR idx, GM_ADDR bank, GM_ADDR numRecorded,
                                 const VerifyGdnTiling &tiling, AscendC::TPipe *pipe) {
         t_ = tiling;
-        if (t_.mode == 0) cu_.SetGlobalBuffer((__gm__ int32_t *)cu, t_.numRows + 1);
+        if (t_.mode == kModeVerify) cu_.SetGlobalBuffer((__gm__ int32_t *)cu, t_.numRows + 1);
         idx_.SetGlobalBuffer((__gm__ int32_t *)idx, t_.numRows);
         bank_.SetGlobalBuffer((__gm__ int32_t *)bank, t_.numSlots);
         numRecorded_.SetGlobalBuffer((__gm__ int32_t *)numRecorded, t_.numSlots);
@@ -323,9 +321,9 @@ public:
             for (int64_t i = 0; i < m; ++i) {
                 const int64_t slot = idx_.GetValue(lo + i);
                 int64_t len = 0;
-                if (t_.mode == 0) len = cu_.GetValue(lo + i + 1) - cu_.GetValue(lo + i);
+                if (t_.mode == kModeVerify) len = cu_.GetValue(lo + i + 1) - cu_.GetValue(lo + i);
                 counts.SetValue(static_cast<uint32_t>(i * 8), static_cast<int32_t>(Min64(len, t_.maxTokens)));
-                if (slot >= 0 && t_.mode == 0 && len > 0) {
+                if (slot >= 0 && t_.mode == kModeVerify && len > 0) {
                     banks.SetValue(static_cast<uint32_t>(i * 8), 1 - bank_.GetValue(slot));
                 }
             }
@@ -333,7 +331,7 @@ public:
             for (int64_t i = 0; i < m; ++i) {
                 const int64_t slot = idx_.GetValue(lo + i);
                 if (slot < 0) continue;
-                if (t_.mode == 0) {
+                if (t_.mode == kModeVerify) {
                     if (counts.GetValue(static_cast<uint32_t>(i * 8)) <= 0) continue;
                     AscendC::DataCopyPad(bank_[static_cast<uint64_t>(slot)], banks[static_cast<uint32_t>(i * 8)], one);
                 }
@@ -387,60 +385,51 @@ extern "C" __global__ __aicore__ void verify_gated_delta_rule_meta(GM_ADDR cu, G
     op.Process();
 }
 
-// Host-side launch: `<<<>>>` on the NPU; the host model's block-by-block launcher on the CPU. Same arguments and
-// same tiling (ComputeVerifyGdnTiling) in both. mode 0: verify; 1: flush.
-#define VERIFY_GDN_PARAMS                                                                                        \
-    void *q, void *k, void *v, void *g, void *beta, void *o, void *cu, void *idx, void *pending, void *pool,     \
-        void *recK, void *recG, void *recU, void *bank, void *numRecorded, int64_t xType, int64_t numTokens,    \
-        int64_t numRows, int64_t numHeads, int64_t numVHeads, int64_t dk, int64_t dv, int64_t numSlots,          \
-        int64_t maxTokens, int64_t poolStride, bool useL2norm, float scale, int64_t mode, int64_t ubBytes
-#define VERIFY_GDN_TILING                                                                                        \
-    ascend_spec::ComputeVerifyGdnTiling(numTokens, numRows, numHeads, numVHeads, dk, dv, numSlots, maxTokens,    \
-                                        poolStride, useL2norm, scale, mode,                                      \
-                                        ascend_spec::kernel::DtypeBytes(xType), ubBytes, vectorCores)
-#define VERIFY_GDN_ARGS                                                                                          \
-    (GM_ADDR) q, (GM_ADDR)k, (GM_ADDR)v, (GM_ADDR)g, (GM_ADDR)beta, (GM_ADDR)o, (GM_ADDR)cu, (GM_ADDR)idx,      \
-        (GM_ADDR)pending, (GM_ADDR)pool, (GM_ADDR)recK, (GM_ADDR)recG, (GM_ADDR)recU, (GM_ADDR)bank,            \
-        (GM_ADDR)numRecorded, xType, tiling
-#define VERIFY_GDN_META_ARGS (GM_ADDR) cu, (GM_ADDR)idx, (GM_ADDR)bank, (GM_ADDR)numRecorded, tiling
+// Host-side launch: `<<<>>>` on the NPU; the host model's block-by-block launcher on the CPU. Both take the same
+// VerifyGatedDeltaRuleArgs and compute the same tiling from it (kModeVerify or kModeFlush).
+#define VERIFY_GDN_GM(a)                                                                                         \
+    (GM_ADDR)(a).q, (GM_ADDR)(a).k, (GM_ADDR)(a).v, (GM_ADDR)(a).g, (GM_ADDR)(a).beta, (GM_ADDR)(a).o,          \
+        (GM_ADDR)(a).cu, (GM_ADDR)(a).idx, (GM_ADDR)(a).pending, (GM_ADDR)(a).pool, (GM_ADDR)(a).recK,          \
+        (GM_ADDR)(a).recG, (GM_ADDR)(a).recU, (GM_ADDR)(a).bank, (GM_ADDR)(a).numRecorded, (a).xType
+#define VERIFY_GDN_META_GM(a) (GM_ADDR)(a).cu, (GM_ADDR)(a).idx, (GM_ADDR)(a).bank, (GM_ADDR)(a).numRecorded
 
 #ifdef ASCEND_SPEC_HOST_MODEL
-extern "C" int verify_gated_delta_rule_host(uint32_t vectorCores, VERIFY_GDN_PARAMS) {
-    VerifyGdnTiling tiling = VERIFY_GDN_TILING;
-    const int64_t need = ascend_spec::VerifyGdnUbBytes(dk, tiling.dkP, tiling.tileV, tiling.tileT,
-                                                       ascend_spec::kernel::DtypeBytes(xType));
-    if (need > ubBytes) {
+extern "C" uint64_t verify_gated_delta_rule_args_bytes() { return sizeof(VerifyGatedDeltaRuleArgs); }
+
+extern "C" int verify_gated_delta_rule_host(uint32_t vectorCores, const VerifyGatedDeltaRuleArgs *args) {
+    const VerifyGatedDeltaRuleArgs &a = *args;
+    const int64_t xBytes = ascend_spec::kernel::DtypeBytes(a.xType);
+    VerifyGdnTiling tiling = ascend_spec::ComputeVerifyGdnTiling(a, xBytes, vectorCores);
+    const int64_t need = ascend_spec::VerifyGdnUbBytes(a.dk, tiling.dkP, tiling.tileV, tiling.tileT, xBytes);
+    if (need > a.ubBytes) {
         AscendC::host_model::GetState().lastError =
             "the smallest tiling needs " + std::to_string(need) + " bytes of Unified Buffer, above " +
-            std::to_string(ubBytes) + " (Dk too large for one state tile)";
+            std::to_string(a.ubBytes) + " (Dk too large for one state tile)";
         return -1;
     }
-    if (numRows == 0) return 0;
-    int status = AscendC::host_model::Launch(tiling.blockDim, verify_gated_delta_rule, VERIFY_GDN_ARGS);
+    if (a.numRows == 0) return 0;
+    int status = AscendC::host_model::Launch(tiling.blockDim, verify_gated_delta_rule, VERIFY_GDN_GM(a), tiling);
     if (status != 0) return status;
-    return AscendC::host_model::Launch(1, verify_gated_delta_rule_meta, VERIFY_GDN_META_ARGS);
+    return AscendC::host_model::Launch(1, verify_gated_delta_rule_meta, VERIFY_GDN_META_GM(a), tiling);
 }
 
-// The tiling the host model would launch with: {tileV, tileT, blockDim} (tests check the UB fit per SoC).
-extern "C" void verify_gated_delta_rule_tiling(uint32_t vectorCores, int64_t numRows, int64_t numHeads,
-                                               int64_t numVHeads, int64_t dk, int64_t dv, int64_t xType,
-                                               int64_t ubBytes, int64_t *out) {
-    VerifyGdnTiling t = ascend_spec::ComputeVerifyGdnTiling(1, numRows, numHeads, numVHeads, dk, dv, 1, 1,
-                                                            numVHeads * dk * dv, false, 1.0f, 0,
-                                                            ascend_spec::kernel::DtypeBytes(xType), ubBytes,
-                                                            vectorCores);
+// The tiling the host model would launch with for `args` (pointers unused): {tileV, tileT, blockDim, UB bytes}.
+extern "C" void verify_gated_delta_rule_tiling(uint32_t vectorCores, const VerifyGatedDeltaRuleArgs *args,
+                                               int64_t *out) {
+    const int64_t xBytes = ascend_spec::kernel::DtypeBytes(args->xType);
+    VerifyGdnTiling t = ascend_spec::ComputeVerifyGdnTiling(*args, xBytes, vectorCores);
     out[0] = t.tileV;
     out[1] = t.tileT;
     out[2] = t.blockDim;
-    out[3] = ascend_spec::VerifyGdnUbBytes(dk, t.dkP, t.tileV, t.tileT, ascend_spec::kernel::DtypeBytes(xType));
+    out[3] = ascend_spec::VerifyGdnUbBytes(args->dk, t.dkP, t.tileV, t.tileT, xBytes);
 }
 #else
 namespace ascend_spec {
-void verify_gated_delta_rule_impl(void *stream, uint32_t vectorCores, VERIFY_GDN_PARAMS) {
-    VerifyGdnTiling tiling = VERIFY_GDN_TILING;
-    if (numRows == 0) return;
-    verify_gated_delta_rule<<<tiling.blockDim, nullptr, stream>>>(VERIFY_GDN_ARGS);
-    verify_gated_delta_rule_meta<<<1, nullptr, stream>>>(VERIFY_GDN_META_ARGS);
+void verify_gated_delta_rule_impl(void *stream, uint32_t vectorCores, const VerifyGatedDeltaRuleArgs &a) {
+    VerifyGdnTiling tiling = ComputeVerifyGdnTiling(a, kernel::DtypeBytes(a.xType), vectorCores);
+    if (a.numRows == 0) return;
+    verify_gated_delta_rule<<<tiling.blockDim, nullptr, stream>>>(VERIFY_GDN_GM(a), tiling);
+    verify_gated_delta_rule_meta<<<1, nullptr, stream>>>(VERIFY_GDN_META_GM(a), tiling);
 }
 }  // namespace ascend_spec
 #endif

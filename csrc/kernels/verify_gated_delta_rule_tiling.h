@@ -1,10 +1,44 @@
-// Tiling of verify_gated_delta_rule / flush of the GDN records, computed on the host by both the NPU binding and the
-// host-model entry, so the two launch the kernel identically.
+// Arguments and tiling of verify_gated_delta_rule / the flush of its records. The arguments are filled by the NPU
+// binding and, field for field, by the host-model runner (ascend_spec/gdn/verify_gated_delta_rule/ascendc.py, a
+// ctypes mirror checked against sizeof at every launch); both derive the tiling from them, so the two launch the
+// kernel identically. Global scope: CANN's launch-stub generator declares the kernels' structs there.
 #pragma once
 
 #include <cstdint>
 
-namespace ascend_spec {
+#include "kernel_modes.h"
+
+struct VerifyGatedDeltaRuleArgs {
+    void *q;              // [T, H, Dk] (nullptr in the flush modes, as are k, v, g, beta, o, cu)
+    void *k;              // [T, H, Dk]
+    void *v;              // [T, HV, Dv]
+    void *g;              // [T, HV] fp32
+    void *beta;           // [T, HV] fp32
+    void *o;              // [T, HV, Dv] out, v's dtype
+    void *cu;             // [B+1] int32 cu_seqlens
+    void *idx;            // [B] int32 state_indices (-1 = padding row)
+    void *pending;        // [B] int32
+    void *pool;           // [S, HV, Dk, Dv] fp32 state pool
+    void *recK;           // GDNRecords (ascend_spec/gdn/records.py)
+    void *recG;
+    void *recU;
+    void *bank;
+    void *numRecorded;
+    int64_t xType;        // q/k/v/o: 0 fp32, 1 bf16, 2 fp16
+    int64_t numTokens;    // T
+    int64_t numRows;      // B
+    int64_t numHeads;     // H
+    int64_t numVHeads;    // HV
+    int64_t dk;
+    int64_t dv;
+    int64_t numSlots;     // S
+    int64_t maxTokens;    // L: record capacity per slot and call
+    int64_t poolStride;   // elements between state slots
+    int64_t useL2norm;
+    int64_t mode;         // KernelMode: kModeVerify or kModeFlush
+    int64_t ubBytes;      // Unified Buffer of one vector core
+    float scale;
+};
 
 struct VerifyGdnTiling {
     int64_t numTokens;    // T
@@ -22,10 +56,12 @@ struct VerifyGdnTiling {
     int64_t tileT;        // tokens per chunk
     int64_t unitsPerCore; // (row, value head, value tile) units per vector core
     int64_t useL2norm;
-    int64_t mode;         // 0 verify; 1 flush
+    int64_t mode;         // KernelMode: kModeVerify or kModeFlush
     float scale;
     uint32_t blockDim;    // vector cores launched
 };
+
+namespace ascend_spec {
 
 // Unified Buffer bytes VerifyGdn::Init carves (state tile, fp32 chunks of q/k/v/u/o, raw staging, g, scratch).
 inline int64_t VerifyGdnUbBytes(int64_t dk, int64_t dkP, int64_t tileV, int64_t tileT, int64_t xBytes) {
@@ -40,24 +76,23 @@ inline int64_t VerifyGdnUbBytes(int64_t dk, int64_t dkP, int64_t tileV, int64_t 
     return bytes + 14 * 32;                  // alignment slack of the buffers
 }
 
-inline VerifyGdnTiling ComputeVerifyGdnTiling(int64_t numTokens, int64_t numRows, int64_t numHeads,
-                                              int64_t numVHeads, int64_t dk, int64_t dv, int64_t numSlots,
-                                              int64_t maxTokens, int64_t poolStride, bool useL2norm, float scale,
-                                              int64_t mode, int64_t xBytes, int64_t ubBytes,
+// xBytes: bytes of one q/k/v element (kernel_utils.h DtypeBytes(a.xType)).
+inline VerifyGdnTiling ComputeVerifyGdnTiling(const VerifyGatedDeltaRuleArgs &a, int64_t xBytes,
                                               uint32_t vectorCores) {
     VerifyGdnTiling t{};
-    t.numTokens = numTokens;
+    const int64_t numRows = a.numRows, numVHeads = a.numVHeads, dk = a.dk, dv = a.dv, ubBytes = a.ubBytes;
+    t.numTokens = a.numTokens;
     t.numRows = numRows;
-    t.numHeads = numHeads;
+    t.numHeads = a.numHeads;
     t.numVHeads = numVHeads;
     t.dk = dk;
     t.dv = dv;
-    t.numSlots = numSlots;
-    t.maxTokens = maxTokens;
-    t.poolStride = poolStride;
-    t.useL2norm = useL2norm ? 1 : 0;
-    t.mode = mode;
-    t.scale = scale;
+    t.numSlots = a.numSlots;
+    t.maxTokens = a.maxTokens;
+    t.poolStride = a.poolStride;
+    t.useL2norm = a.useL2norm ? 1 : 0;
+    t.mode = a.mode;
+    t.scale = a.scale;
     t.dkP = (dk + 15) / 16 * 16;
     const int64_t dvP = (dv + 15) / 16 * 16;
     int64_t tileV = dvP < 128 ? dvP : 128;

@@ -1,0 +1,111 @@
+"""AscendC backend of verify_causal_conv1d / flush_conv_pending: the compiled NPU op, or the same kernel source
+under the host model on CPU tensors.
+
+Kernel: ``csrc/kernels/verify_causal_conv1d.cpp`` (main kernel over (channel tile, row) units, then a one-block
+kernel that updates ``num_recorded`` / zeroes ``pending``), arguments ``VerifyCausalConv1dArgs``
+(``verify_causal_conv1d_tiling.h``, mirrored by :data:`KernelArgs`; ``mode`` is a :class:`KernelMode`). The kernel
+takes the weight as fp32 ``[W, C]`` (rows of channels, as the vector unit consumes them) and the bias as fp32; the
+runner converts them (C x W floats). NPU binding: ``torch.ops._C_ascend_spec.npu_verify_causal_conv1d`` (its ``y``
+copied into ``out``) and ``npu_flush_conv_pending`` (``csrc/torch_binding.cpp``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from ascend_spec.ascendc import host_model, npu_op
+from ascend_spec.ascendc.host_model import DTYPE_CODES
+from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.verify_causal_conv1d import CausalConv1dArgs
+
+KERNEL = "verify_causal_conv1d"
+_POINTERS = ("x", "weightT", "bias", "y", "pool", "rec", "numRecorded", "cu", "idx", "pending")
+_INTS = (
+    "xType", "recType", "poolType", "numRows", "channels", "width", "maxTokens", "numSlots", "hasBias", "silu",
+    "mode", "ubBytes",
+)  # fmt: skip
+KernelArgs = host_model.arguments_struct("VerifyCausalConv1dArgs", _POINTERS, _INTS)
+# Tests flip these: run the host model's blocks last-to-first (exposes cross-core order dependence) / other SoCs.
+REVERSE_BLOCKS = False
+SOC: str | None = None
+
+
+def _i32(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.int32).contiguous()
+
+
+def tile_channels(
+    channels: int, width: int, x_dtype: torch.dtype, rec_dtype: torch.dtype, pool_dtype: torch.dtype
+) -> int:
+    """Channels per unit the kernel's tiling picks on the host model's SoC (what fits its Unified Buffer)."""
+    spec = host_model.soc_spec(SOC)
+    fn = host_model.load_kernel(KERNEL).verify_causal_conv1d_tile_channels
+    fn.restype = ctypes.c_int64
+    args = KernelArgs()
+    args.xType, args.recType, args.poolType = (
+        DTYPE_CODES[x_dtype],
+        DTYPE_CODES[rec_dtype],
+        DTYPE_CODES[pool_dtype],
+    )
+    args.numRows, args.channels, args.width, args.maxTokens, args.numSlots = 1, channels, width, 1, 1
+    args.hasBias, args.silu, args.mode, args.ubBytes = 1, 1, KernelMode.VERIFY, spec.ub_bytes
+    return int(fn(ctypes.c_uint32(spec.vector_cores), ctypes.byref(args)))
+
+
+def verify_causal_conv1d(args: CausalConv1dArgs, out: torch.Tensor | None) -> None:
+    """A verify call (``y`` into ``out``) or a flush (the kernel zeroes pending in ``FLUSH_AND_RESET``)."""
+    verify = args.mode == KernelMode.VERIFY
+    pool, records, state_indices, pending = (
+        args.conv_state_pool,
+        args.records,
+        args.state_indices,
+        args.pending,
+    )
+    if verify:
+        assert (
+            out is not None and args.x is not None and args.weight is not None and args.cu_seqlens is not None
+        )
+        weight_t = args.weight.t().to(torch.float32).contiguous()
+        bias32 = None if args.bias is None else args.bias.to(torch.float32).contiguous()
+    if pool.device.type == "npu":  # pragma: no cover - needs CANN and an NPU
+        rec, nrec = records.x, records.num_recorded
+        if verify:
+            y = npu_op("npu_verify_causal_conv1d", KERNEL)(
+                args.x, weight_t, bias32, args.cu_seqlens, pool, state_indices, rec, nrec, pending, args.silu
+            )
+            out.copy_(y)
+        else:
+            reset = args.mode == KernelMode.FLUSH_AND_RESET
+            npu_op("npu_flush_conv_pending", KERNEL)(pool, state_indices, rec, nrec, pending, reset)
+        return
+    if state_indices.shape[0] == 0:
+        return
+    spec = host_model.soc_spec(SOC)
+    x = args.x.contiguous() if verify else None
+    cu = _i32(args.cu_seqlens) if verify else None
+    idx = _i32(state_indices)
+    rec = records.x
+    ptr = host_model.tensor_ptr
+    with host_model.written_in_place(pool) as work, host_model.written_in_place(pending) as pend:
+        y = out if verify else None
+        kernel_args = KernelArgs(
+            ptr(x), ptr(weight_t if verify else None), ptr(bias32 if verify else None), ptr(y), ptr(work), ptr(rec),
+            ptr(records.num_recorded), ptr(cu), ptr(idx), ptr(pend),
+            DTYPE_CODES[x.dtype if x is not None else rec.dtype], DTYPE_CODES[rec.dtype], DTYPE_CODES[work.dtype],
+            idx.shape[0], work.shape[1], args.width, rec.shape[1], work.shape[0],
+            verify and bias32 is not None, args.silu, int(args.mode), spec.ub_bytes,
+        )  # fmt: skip
+        tensors = [
+            t for t in (x, weight_t if verify else None, bias32 if verify else None, y, work, rec,
+                        records.num_recorded, cu, idx, pend) if t is not None
+        ]  # fmt: skip
+        host_model.launch(
+            KERNEL,
+            "verify_causal_conv1d_host",
+            kernel_args,
+            tensors=tensors,
+            soc=spec,
+            reverse_blocks=REVERSE_BLOCKS,
+        )

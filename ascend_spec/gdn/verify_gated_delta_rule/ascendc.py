@@ -1,0 +1,108 @@
+"""AscendC backend of verify_gated_delta_rule / flush_pending: the compiled NPU op, or the same kernel source under
+the host model on CPU tensors.
+
+Kernel: ``csrc/kernels/verify_gated_delta_rule.cpp`` (main kernel over (row, value head, value tile) units, then
+a one-block kernel that flips ``bank`` and sets ``num_recorded``), arguments ``VerifyGatedDeltaRuleArgs``
+(``verify_gated_delta_rule_tiling.h``, mirrored by :data:`KernelArgs`; ``mode`` is a :class:`KernelMode`). The
+kernel takes g and beta as fp32 and cu_seqlens / state_indices / pending as int32; the runner converts them
+(T x HV floats, B ints). NPU binding (``csrc/torch_binding.cpp``):
+``torch.ops._C_ascend_spec.npu_verify_gated_delta_rule(q, k, v, g32, beta32, cu32, idx32, pending, pool, rec_k,
+rec_g, rec_u, bank, num_recorded, scale, use_qk_l2norm) -> o`` (copied into ``out``) and
+``npu_flush_gated_delta_rule(idx32, pending, pool, rec_k, rec_g, rec_u, bank, num_recorded)``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from ascend_spec.ascendc import host_model, npu_op
+from ascend_spec.ascendc.host_model import DTYPE_CODES
+from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
+
+KERNEL = "verify_gated_delta_rule"
+_POINTERS = (
+    "q", "k", "v", "g", "beta", "o", "cu", "idx", "pending", "pool", "recK", "recG", "recU", "bank", "numRecorded",
+)  # fmt: skip
+_INTS = (
+    "xType", "numTokens", "numRows", "numHeads", "numVHeads", "dk", "dv", "numSlots", "maxTokens", "poolStride",
+    "useL2norm", "mode", "ubBytes",
+)  # fmt: skip
+KernelArgs = host_model.arguments_struct("VerifyGatedDeltaRuleArgs", _POINTERS, _INTS, floats=("scale",))
+# Tests flip these: run the host model's blocks last-to-first (exposes cross-core order dependence) / other SoCs.
+REVERSE_BLOCKS = False
+SOC: str | None = None
+
+
+def _i32(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.int32).contiguous()
+
+
+def tiling(num_rows: int, num_heads: int, num_v_heads: int, dk: int, dv: int, x_dtype: torch.dtype) -> dict:
+    """The tiling the kernel picks on the host model's SoC: value tile, token chunk, cores, UB bytes."""
+    spec = host_model.soc_spec(SOC)
+    fn = host_model.load_kernel(KERNEL).verify_gated_delta_rule_tiling
+    fn.restype = None
+    args = KernelArgs()
+    args.xType, args.numTokens, args.numRows, args.numHeads = DTYPE_CODES[x_dtype], 1, num_rows, num_heads
+    args.numVHeads, args.dk, args.dv, args.numSlots, args.maxTokens = num_v_heads, dk, dv, 1, 1
+    args.poolStride, args.mode, args.ubBytes, args.scale = (
+        num_v_heads * dk * dv,
+        KernelMode.VERIFY,
+        spec.ub_bytes,
+        1.0,
+    )
+    out = (ctypes.c_int64 * 4)()
+    fn(ctypes.c_uint32(spec.vector_cores), ctypes.byref(args), out)
+    return {"tile_v": out[0], "tile_t": out[1], "block_dim": out[2], "ub_bytes": out[3]}
+
+
+def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) -> None:
+    """A verify call (outputs into ``out``) or the flush (``KernelMode.FLUSH``); pending is zeroed by the op."""
+    verify = args.mode == KernelMode.VERIFY
+    records, pool = args.records, args.state_pool
+    rec = (records.k, records.g, records.u, records.bank, records.num_recorded)
+    idx32, pend32 = _i32(args.state_indices), _i32(args.pending)
+    if verify:
+        assert out is not None and args.q is not None and args.k is not None and args.v is not None
+        assert args.g is not None and args.beta is not None and args.cu_seqlens is not None
+        tokens = (
+            args.q.contiguous(), args.k.contiguous(), args.v.contiguous(), args.g.to(torch.float32).contiguous(),
+            args.beta.to(torch.float32).contiguous(),
+        )  # fmt: skip
+        cu32 = _i32(args.cu_seqlens)
+    if pool.device.type == "npu":  # pragma: no cover - needs CANN and an NPU
+        if verify:
+            o = npu_op("npu_verify_gated_delta_rule", KERNEL)(
+                *tokens, cu32, idx32, pend32, pool, *rec, args.scale, args.use_qk_l2norm
+            )
+            out.copy_(o)
+        else:
+            npu_op("npu_flush_gated_delta_rule", KERNEL)(idx32, pend32, pool, *rec)
+        return
+    if idx32.shape[0] == 0 or (verify and tokens[0].shape[0] == 0):
+        return
+    spec = host_model.soc_spec(SOC)
+    q, k, v, g, beta = tokens if verify else (None,) * 5
+    cu = cu32 if verify else None
+    num_slots, hv, dk, dv = pool.shape
+    ptr = host_model.tensor_ptr
+    with host_model.written_in_place(pool) as work:
+        kernel_args = KernelArgs(
+            ptr(q), ptr(k), ptr(v), ptr(g), ptr(beta), ptr(out if verify else None), ptr(cu), ptr(idx32),
+            ptr(pend32), ptr(work), *(ptr(t) for t in rec),
+            DTYPE_CODES[v.dtype if v is not None else torch.float32], 0 if q is None else q.shape[0], idx32.shape[0],
+            records.num_k_heads, hv, dk, dv, num_slots, records.max_tokens_per_step, work.stride(0),
+            args.use_qk_l2norm, int(args.mode), spec.ub_bytes, args.scale,
+        )  # fmt: skip
+        tensors = [
+            t
+            for t in (q, k, v, g, beta, out if verify else None, cu, idx32, pend32, work, *rec)
+            if t is not None
+        ]
+        host_model.launch(
+            KERNEL, "verify_gated_delta_rule_host", kernel_args, tensors=tensors, soc=spec,
+            reverse_blocks=REVERSE_BLOCKS,
+        )  # fmt: skip

@@ -1,0 +1,203 @@
+"""Triton kernels of the deferred-commit gated delta rule (imported lazily: TRITON_INTERPRET is read at jit time).
+
+Grid ``(B * HV, NV)``: a program owns the state tile ``S[slot, hv, :, v0:v0+BV]`` of one row. It replays the
+row's pending records into the tile sequentially (``S <- exp(g_t) S + k_t u_t^T``, the same arithmetic as the
+recurrence), stores the committed tile once (only when something was pending), then runs this call's tokens with
+the tile in registers, writing outputs and this call's records:
+
+* ``u_t[hv, v0:v0+BV]``: the single-copy record this program alone reads and writes; its replay loads complete
+  before the first new-token reduction (a barrier) and so before any store of the same addresses;
+* ``k_t[h]`` (one writer per k-head: ``v``-tile 0 of the first value head of the group) and ``g_t[hv]``
+  (``v``-tile 0) into bank ``1 - bank[slot]``, which no program of this launch reads.
+
+A second launch (grid ``B``) flips ``bank[slot]`` and sets ``num_recorded[slot]`` once every program has read
+them. Padding rows (state index -1) load and store no state or record; their outputs are zeros.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
+
+
+@triton.jit
+def _replay_tile(
+    b_s,
+    rec_k,
+    rec_g,
+    rec_u,
+    slot,
+    bank,
+    n_rep,
+    i_h,
+    i_hv,
+    o_k,
+    o_v,
+    mask_k,
+    mask_v,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    L: tl.constexpr,
+):
+    p_k = rec_k + ((slot * 2 + bank) * L * H + i_h) * DK + o_k
+    p_g = rec_g + (slot * 2 + bank) * L * HV + i_hv
+    p_u = rec_u + (slot * L * HV + i_hv) * DV + o_v
+    for _ in range(0, n_rep):
+        b_k = tl.load(p_k, mask=mask_k, other=0.0)
+        b_u = tl.load(p_u, mask=mask_v, other=0.0)
+        b_g = tl.load(p_g)
+        b_s = b_s * tl.exp(b_g) + b_k[:, None] * b_u[None, :]
+        p_k += H * DK
+        p_g += HV
+        p_u += HV * DV
+    return b_s
+
+
+@triton.jit
+def _verify_kernel(
+    q, k, v, g, beta, o,
+    cu_seqlens, state_indices, pending,
+    pool, pool_stride,
+    rec_k, rec_g, rec_u, rec_bank, rec_nrec,
+    scale,
+    H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, L: tl.constexpr,
+    BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr, HAS_TOKENS: tl.constexpr,
+):  # fmt: skip
+    i_bh = tl.program_id(0)  # rows x heads on axis 0 (2**31 programs; axis 1 allows only 65535)
+    i_v = tl.program_id(1)
+    i_b = i_bh // HV
+    i_hv = i_bh % HV
+    i_h = i_hv // (HV // H)
+    slot = tl.load(state_indices + i_b).to(tl.int64)
+    valid = slot >= 0
+    slot = tl.where(valid, slot, 0)
+    if HAS_TOKENS:
+        bos = tl.load(cu_seqlens + i_b).to(tl.int64)
+        n_new = tl.load(cu_seqlens + i_b + 1).to(tl.int64) - bos
+        active = valid & (n_new > 0)
+    else:
+        active = valid
+    bank = tl.load(rec_bank + slot).to(tl.int64)
+    n_rep = tl.minimum(tl.load(pending + i_b), tl.load(rec_nrec + slot)).to(tl.int64)
+    n_rep = tl.where(active & (n_rep > 0), n_rep, 0)
+
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_k = o_k < DK
+    mask_v = o_v < DV
+    p_s = pool + slot * pool_stride + i_hv * DK * DV + o_k[:, None] * DV + o_v[None, :]
+    # Row conditions enter block masks through the index limits (a block & scalar-bool mask is not portable).
+    b_s = tl.load(p_s, mask=(o_k < tl.where(active, DK, 0))[:, None] & mask_v[None, :], other=0.0)
+    b_s = _replay_tile(b_s, rec_k, rec_g, rec_u, slot, bank, n_rep, i_h, i_hv, o_k, o_v, mask_k, mask_v,
+                       H, HV, DK, DV, L)  # fmt: skip
+    tl.store(p_s, b_s, mask=(o_k < tl.where(n_rep > 0, DK, 0))[:, None] & mask_v[None, :])
+
+    if HAS_TOKENS:
+        nb = 1 - bank
+        p_q = q + (bos * H + i_h) * DK + o_k
+        p_kk = k + (bos * H + i_h) * DK + o_k
+        p_v = v + (bos * HV + i_hv) * DV + o_v
+        p_g = g + bos * HV + i_hv
+        p_beta = beta + bos * HV + i_hv
+        p_o = o + (bos * HV + i_hv) * DV + o_v
+        w_k = rec_k + ((slot * 2 + nb) * L * H + i_h) * DK + o_k
+        w_g = rec_g + (slot * 2 + nb) * L * HV + i_hv
+        w_u = rec_u + (slot * L * HV + i_hv) * DV + o_v
+        own_k = active & (i_v == 0) & (i_hv % (HV // H) == 0)
+        own_g = active & (i_v == 0)
+        k_lim = tl.where(own_k, DK, 0)
+        n_loop = tl.where(valid, n_new, 0)
+        for t in range(0, n_loop):
+            b_q = tl.load(p_q, mask=mask_k, other=0.0).to(tl.float32)
+            b_k = tl.load(p_kk, mask=mask_k, other=0.0).to(tl.float32)
+            b_v = tl.load(p_v, mask=mask_v, other=0.0).to(tl.float32)
+            b_g = tl.load(p_g).to(tl.float32)
+            b_beta = tl.load(p_beta).to(tl.float32)
+            if USE_L2NORM:
+                b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6)
+                b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
+            b_q = b_q * scale
+            b_s = b_s * tl.exp(b_g)
+            b_u = b_beta * (b_v - tl.sum(b_s * b_k[:, None], 0))
+            b_s = b_s + b_k[:, None] * b_u[None, :]
+            b_o = tl.sum(b_s * b_q[:, None], 0)
+            tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=mask_v)
+            # t >= L only happens with value checks off: nothing is written there, num_recorded = min(len, L).
+            in_cap = t < L
+            tl.store(w_u, b_u, mask=o_v < tl.where(in_cap, DV, 0))
+            tl.store(w_k, b_k, mask=o_k < tl.where(in_cap, k_lim, 0))
+            tl.store(w_g, b_g, mask=own_g & in_cap)
+            p_q += H * DK
+            p_kk += H * DK
+            p_v += HV * DV
+            p_g += HV
+            p_beta += HV
+            p_o += HV * DV
+            w_k += H * DK
+            w_g += HV
+            w_u += HV * DV
+        zeros = tl.zeros([BV], dtype=tl.float32)
+        for _ in range(0, tl.where(valid, 0, n_new)):  # padding row: zero outputs, nothing else
+            tl.store(p_o, zeros.to(p_o.dtype.element_ty), mask=mask_v)
+            p_o += HV * DV
+
+
+@triton.jit
+def _meta_kernel(cu_seqlens, state_indices, rec_bank, rec_nrec, L: tl.constexpr, HAS_TOKENS: tl.constexpr):
+    i_b = tl.program_id(0)
+    slot = tl.load(state_indices + i_b).to(tl.int64)
+    valid = slot >= 0
+    slot = tl.where(valid, slot, 0)
+    if HAS_TOKENS:
+        n_new = tl.load(cu_seqlens + i_b + 1) - tl.load(cu_seqlens + i_b)
+        active = valid & (n_new > 0)
+        bank = tl.load(rec_bank + slot)
+        tl.store(rec_bank + slot, 1 - bank, mask=active)
+        tl.store(rec_nrec + slot, tl.minimum(n_new, L).to(tl.int32), mask=active)
+    else:
+        tl.store(rec_nrec + slot, tl.zeros([], dtype=tl.int32), mask=valid)
+
+
+def _block_v(dv: int) -> int:
+    return min(32, triton.next_power_of_2(dv))
+
+
+def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) -> None:
+    """A verify call (outputs into ``out``) or the flush (``KernelMode.FLUSH``): one kernel pair either way."""
+    pool, state_indices, records = args.state_pool, args.state_indices.contiguous(), args.records
+    num_rows = state_indices.shape[0]
+    _, hv, dk, dv = pool.shape
+    if num_rows == 0:
+        return
+    has_tokens = args.mode == KernelMode.VERIFY
+    if has_tokens:
+        assert out is not None and args.q is not None and args.cu_seqlens is not None
+        q, k, v, g, beta = (x.contiguous() for x in (args.q, args.k, args.v, args.g, args.beta))  # type: ignore[union-attr]
+        o, cu = out, args.cu_seqlens.contiguous()
+        if q.shape[0] == 0:
+            return
+    else:
+        # Dummy pointers: HAS_TOKENS=False removes every access to them.
+        q = k = v = g = beta = o = pool
+        cu = state_indices
+    bv = _block_v(dv)
+    cap = records.max_tokens_per_step
+    _verify_kernel[(num_rows * hv, triton.cdiv(dv, bv))](
+        q, k, v, g, beta, o,
+        cu, state_indices, args.pending.contiguous(),
+        pool, pool.stride(0),
+        records.k, records.g, records.u, records.bank, records.num_recorded,
+        args.scale,
+        H=records.num_k_heads, HV=hv, DK=dk, DV=dv, L=cap,
+        BK=triton.next_power_of_2(dk), BV=bv, USE_L2NORM=args.use_qk_l2norm, HAS_TOKENS=has_tokens,
+        num_warps=4,
+    )  # fmt: skip
+    _meta_kernel[(num_rows,)](
+        cu, state_indices, records.bank, records.num_recorded, L=cap, HAS_TOKENS=has_tokens
+    )
