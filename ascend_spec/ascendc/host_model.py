@@ -33,24 +33,27 @@ CACHE_ENV = "ASCEND_SPEC_CACHE_DIR"
 
 @dataclass(frozen=True)
 class SocSpec:
-    """What the host model needs to know of a chip: UB bytes per vector core and the vector core count."""
+    """What the host model needs to know of a chip: the UB bytes per vector core a tiling may use (what
+    ``GetCoreMemSize(UB)`` reports there) and the vector core count."""
 
     name: str
     ub_bytes: int
     vector_cores: int
 
 
-# Atlas A2 (910B1/B2: 24 AI cores x 2 vector cores; B3/B4: 20 x 2) and A3 (910_93):
-# 192 KiB of Unified Buffer per vector core.
+# Atlas A2 (910B1/B2: 24 AI cores x 2 vector cores; B3/B4: 20 x 2) and A3 (910_93): 192 KiB of physical Unified
+# Buffer per vector core, of which GetCoreMemSize(UB) reports 196352 bytes: asc-devkit's platform_ascendc.cpp
+# subtracts a 256-byte kfc reserve (LOCAL_RESERV_SIZE) for SocVersion::ASCEND910B, which Ascend910_93 maps to too.
+USABLE_UB_BYTES = 192 * 1024 - 256
 SOCS: dict[str, SocSpec] = {
     spec.name: spec
     for spec in (
-        SocSpec("ascend910b1", 192 * 1024, 48),
-        SocSpec("ascend910b2", 192 * 1024, 48),
-        SocSpec("ascend910b3", 192 * 1024, 40),
-        SocSpec("ascend910b4", 192 * 1024, 40),
-        SocSpec("ascend910_9391", 192 * 1024, 48),
-        SocSpec("ascend910_9392", 192 * 1024, 48),
+        SocSpec("ascend910b1", USABLE_UB_BYTES, 48),
+        SocSpec("ascend910b2", USABLE_UB_BYTES, 48),
+        SocSpec("ascend910b3", USABLE_UB_BYTES, 40),
+        SocSpec("ascend910b4", USABLE_UB_BYTES, 40),
+        SocSpec("ascend910_9391", USABLE_UB_BYTES, 48),
+        SocSpec("ascend910_9392", USABLE_UB_BYTES, 48),
     )
 }
 DEFAULT_SOC = "ascend910b2"

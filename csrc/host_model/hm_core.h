@@ -58,7 +58,15 @@ public:
 
 namespace host_model {
 
-constexpr uint32_t kBlockBytes = 32;  // DataCopy / UB operand granularity ("dataBlock")
+constexpr uint32_t kBlockBytes = 32;     // DataCopy / UB operand granularity ("dataBlock")
+constexpr uint32_t kRepeatBytes = 256;   // one vector repeat
+// dav-c220 (A2/A3), asc-devkit impl/basic_api/utils/kernel_utils_constants.h: TOTAL_UB_SIZE = 192 KiB of
+// physical UB; TMP_UB_OFFSET = 184 KiB, where API calls that need a scratch (Select in tensor-scalar and
+// tensor-tensor mode: one 32-byte block) write it. TOTAL_VEC_LOCAL_SIZE = 184 KiB is what a kernel calling them
+// may use.
+constexpr uint64_t kPhysicalUbBytes = 192 * 1024;
+constexpr uint64_t kTmpUbOffset = 184 * 1024;
+constexpr int32_t kQueMaxEvent = 8;  // event ids per HardEvent (kernel_macros.h QUE_MAX_EVENT)
 
 struct GmRegion {
     uintptr_t begin;
@@ -67,7 +75,9 @@ struct GmRegion {
 
 // Per-library state; the launcher is single-threaded (blocks run one after another).
 struct State {
-    uint64_t ubBytes = 192 * 1024;  // Unified Buffer per vector core (910B: 192 KiB)
+    // UB a tiling may carve: what GetCoreMemSize(UB) reports on the SoC (196352 on 910B and 910_93: the
+    // physical 192 KiB less the 256-byte kfc reserve, asc-devkit platform_ascendc.cpp LOCAL_RESERV_SIZE).
+    uint64_t ubBytes = kPhysicalUbBytes - 256;
     bool reverseBlocks = false;     // run blocks last-to-first to expose order dependence
     std::vector<GmRegion> gm;       // every GM buffer the launch may touch
     int64_t blockIdx = 0;

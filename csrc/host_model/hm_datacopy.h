@@ -57,12 +57,25 @@ inline void CheckCopyLength(uint64_t bytes, const char *what) {
     }
 }
 
-// GM -> UB, `blockCount` blocks of `blockLen` bytes; UB blocks start on 32-byte boundaries.
+// DataCopyPad's encodable ranges (asc-devkit DataCopyPad docs): blockCount 1..4095, blockLen 1..2097151 bytes,
+// left/right padding at most 32 bytes each. Out of range, the chip's fields wrap or truncate silently.
+inline void CheckPadParams(uint32_t count, uint32_t blockLen, uint64_t leftBytes, uint64_t rightBytes) {
+    std::ostringstream os;
+    if (count < 1 || count > 4095) os << "DataCopyPad: blockCount " << count << " outside 1..4095";
+    else if (blockLen < 1 || blockLen > 2097151) os << "DataCopyPad: blockLen " << blockLen << " bytes outside 1..2097151";
+    else if (leftBytes > 32 || rightBytes > 32)
+        os << "DataCopyPad: padding of " << leftBytes << " + " << rightBytes << " bytes; each side is at most 32";
+    if (!os.str().empty()) Fail(os.str());
+}
+
+// GM -> UB, `blockCount` blocks of `blockLen` bytes; UB blocks start on 32-byte boundaries. The bytes between a
+// block's end (after any right padding) and its 32-byte boundary get the block's first element, as the chip
+// fills them.
 template <typename T>
 void PadCopyIn(const LocalTensor<T> &dst, const GlobalTensor<T> &src, uint32_t count, uint32_t blockLen,
                uint64_t srcGapBytes, uint64_t dstGapBlocks, bool isPad, uint32_t left, uint32_t right, T padValue) {
     dst.CheckAligned("DataCopyPad(GM->UB)");
-    Require(count >= 1 && blockLen >= 1, "DataCopyPad: blockCount and blockLen must be >= 1");
+    CheckPadParams(count, blockLen, uint64_t(left) * sizeof(T), uint64_t(right) * sizeof(T));
     Require(blockLen % sizeof(T) == 0, "DataCopyPad: blockLen must be a whole number of elements");
     uint32_t elems = blockLen / sizeof(T);
     uint64_t ubBlock = AlignUp((left + elems + right) * sizeof(T), kBlockBytes) + dstGapBlocks * kBlockBytes;
@@ -79,6 +92,9 @@ void PadCopyIn(const LocalTensor<T> &dst, const GlobalTensor<T> &src, uint32_t c
             for (uint32_t i = 0; i < right; ++i) out[left + elems + i] = padValue;
         }
         std::memcpy(out + left, src.GetPhyAddr() + gmOff, blockLen);
+        const uint32_t filled = left + elems + right;
+        const uint64_t aligned = AlignUp(filled * sizeof(T), kBlockBytes) / sizeof(T);
+        for (uint64_t i = filled; i < aligned; ++i) out[i] = out[0];
     }
 }
 
@@ -86,7 +102,7 @@ template <typename T>
 void PadCopyOut(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count, uint32_t blockLen,
                 uint64_t srcGapBlocks, uint64_t dstGapBytes) {
     src.CheckAligned("DataCopyPad(UB->GM)");
-    Require(count >= 1 && blockLen >= 1, "DataCopyPad: blockCount and blockLen must be >= 1");
+    CheckPadParams(count, blockLen, 0, 0);
     Require(blockLen % sizeof(T) == 0, "DataCopyPad: blockLen must be a whole number of elements");
     uint32_t elems = blockLen / sizeof(T);
     uint64_t ubBlock = AlignUp(blockLen, kBlockBytes) + srcGapBlocks * kBlockBytes;
