@@ -2,6 +2,7 @@
 // synchronisation primitives (events, barriers), which are checked for pairing but have no timing.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -40,7 +41,10 @@ class TBuf;
 
 class TPipe {
 public:
-    TPipe() : ub_(host_model::kPhysicalUbBytes, 0xCD), limit_(host_model::GetState().ubBytes) {
+    // The arena is the physical UB (larger when a test configures a bigger SoC); carving stops at limit_.
+    TPipe()
+        : ub_(std::max<uint64_t>(host_model::kPhysicalUbBytes, host_model::GetState().ubBytes), 0xCD),
+          limit_(host_model::GetState().ubBytes) {
         host_model::CurrentPipe() = this;
     }
     ~TPipe() {
