@@ -77,6 +77,7 @@ void PadCopyIn(const LocalTensor<T> &dst, const GlobalTensor<T> &src, uint32_t c
     dst.CheckAligned("DataCopyPad(GM->UB)");
     CheckPadParams(count, blockLen, uint64_t(left) * sizeof(T), uint64_t(right) * sizeof(T));
     Require(blockLen % sizeof(T) == 0, "DataCopyPad: blockLen must be a whole number of elements");
+    CountDma(Dma::GmToUb, count, uint64_t(count) * blockLen);
     uint32_t elems = blockLen / sizeof(T);
     uint64_t ubBlock = AlignUp((left + elems + right) * sizeof(T), kBlockBytes) + dstGapBlocks * kBlockBytes;
     for (uint32_t b = 0; b < count; ++b) {
@@ -103,6 +104,7 @@ void PadCopyOut(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t 
                 uint64_t srcGapBlocks, uint64_t dstGapBytes) {
     src.CheckAligned("DataCopyPad(UB->GM)");
     CheckPadParams(count, blockLen, 0, 0);
+    CountDma(Dma::UbToGm, count, uint64_t(count) * blockLen);
     Require(blockLen % sizeof(T) == 0, "DataCopyPad: blockLen must be a whole number of elements");
     uint32_t elems = blockLen / sizeof(T);
     uint64_t ubBlock = AlignUp(blockLen, kBlockBytes) + srcGapBlocks * kBlockBytes;
@@ -122,6 +124,7 @@ void PadCopyOut(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t 
 template <typename T>
 void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const uint32_t calCount) {
     host_model::CheckCopyLength(uint64_t(calCount) * sizeof(T), "DataCopy(GM->UB)");
+    host_model::CountDma(host_model::Dma::GmToUb, 1, uint64_t(calCount) * sizeof(T));
     dst.CheckAligned("DataCopy(GM->UB)");
     dst.CheckRange(0, calCount, "DataCopy(GM->UB) destination");
     src.Check(0, calCount, "DataCopy(GM->UB) source");
@@ -131,6 +134,7 @@ void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const uint3
 template <typename T>
 void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t calCount) {
     host_model::CheckCopyLength(uint64_t(calCount) * sizeof(T), "DataCopy(UB->GM)");
+    host_model::CountDma(host_model::Dma::UbToGm, 1, uint64_t(calCount) * sizeof(T));
     src.CheckAligned("DataCopy(UB->GM)");
     src.CheckRange(0, calCount, "DataCopy(UB->GM) source");
     dst.Check(0, calCount, "DataCopy(UB->GM) destination");
@@ -140,6 +144,7 @@ void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const uint3
 template <typename T>
 void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t calCount) {
     host_model::CheckCopyLength(uint64_t(calCount) * sizeof(T), "DataCopy(UB->UB)");
+    host_model::CountDma(host_model::Dma::UbToUb, 1, uint64_t(calCount) * sizeof(T));
     dst.CheckAligned("DataCopy(UB->UB)");
     src.CheckAligned("DataCopy(UB->UB)");
     dst.CheckRange(0, calCount, "DataCopy(UB->UB) destination");
@@ -151,6 +156,7 @@ void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32
 template <typename T>
 void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const DataCopyParams &p) {
     dst.CheckAligned("DataCopy(GM->UB, params)");
+    host_model::CountDma(host_model::Dma::GmToUb, p.blockCount, uint64_t(p.blockCount) * p.blockLen * host_model::kBlockBytes);
     const uint64_t blk = host_model::kBlockBytes / sizeof(T);
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         uint64_t s = b * (p.blockLen + p.srcStride) * blk, d = b * (p.blockLen + p.dstStride) * blk;
@@ -163,6 +169,7 @@ void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const DataC
 template <typename T>
 void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const DataCopyParams &p) {
     src.CheckAligned("DataCopy(UB->GM, params)");
+    host_model::CountDma(host_model::Dma::UbToGm, p.blockCount, uint64_t(p.blockCount) * p.blockLen * host_model::kBlockBytes);
     const uint64_t blk = host_model::kBlockBytes / sizeof(T);
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         uint64_t s = b * (p.blockLen + p.srcStride) * blk, d = b * (p.blockLen + p.dstStride) * blk;

@@ -33,6 +33,7 @@ void Unary(const LocalTensor<T> &dst, const LocalTensor<T> &src, int64_t count, 
     static_assert(kVectorType<T>, "vector instructions take half, float, int16_t or int32_t operands");
     CheckOperand(dst, count, what);
     CheckOperand(src, count, what);
+    CountVector(uint64_t(count) * sizeof(T));
     T *d = dst.Data();
     const T *s = src.Data();
     for (int64_t i = 0; i < count; ++i) d[i] = fn(s[i]);
@@ -45,6 +46,7 @@ void Binary(const LocalTensor<T> &dst, const LocalTensor<T> &a, const LocalTenso
     CheckOperand(dst, count, what);
     CheckOperand(a, count, what);
     CheckOperand(b, count, what);
+    CountVector(uint64_t(count) * sizeof(T));
     T *d = dst.Data();
     const T *x = a.Data();
     const T *y = b.Data();
@@ -80,6 +82,7 @@ template <typename T>
 void Duplicate(const LocalTensor<T> &dst, const T &scalarValue, const int32_t &calCount) {
     static_assert(host_model::kVectorType<T>, "Duplicate takes half, float, int16_t or int32_t");
     host_model::CheckOperand(dst, calCount, "Duplicate");
+    host_model::CountVector(uint64_t(calCount) * sizeof(T));
     std::fill(dst.Data(), dst.Data() + calCount, scalarValue);
 }
 
@@ -87,6 +90,7 @@ template <typename T>
 void CreateVecIndex(LocalTensor<T> dst, const T &firstValue, uint32_t calCount) {
     static_assert(host_model::kVectorType<T>, "CreateVecIndex takes half, float, int16_t or int32_t");
     host_model::CheckOperand(dst, calCount, "CreateVecIndex");
+    host_model::CountVector(uint64_t(calCount) * sizeof(T));
     for (uint32_t i = 0; i < calCount; ++i) dst.Data()[i] = static_cast<T>(firstValue + static_cast<T>(i));
 }
 
@@ -140,6 +144,7 @@ void Axpy(const LocalTensor<T> &dst, const LocalTensor<U> &src, const U &scalarV
                   "Axpy takes half or float (float dst with half src allowed)");
     host_model::CheckOperand(dst, count, "Axpy");
     host_model::CheckOperand(src, count, "Axpy");
+    host_model::CountVector(uint64_t(count) * sizeof(T));
     T *d = dst.Data();
     const U *s = src.Data();
     const float a = static_cast<float>(scalarValue);
@@ -195,6 +200,7 @@ void Cast(const LocalTensor<T1> &dst, const LocalTensor<T2> &src, const RoundMod
     }
     host_model::CheckOperand(dst, calCount, "Cast");
     host_model::CheckOperand(src, calCount, "Cast");
+    host_model::CountVector(uint64_t(calCount) * std::max(sizeof(T1), sizeof(T2)));
     for (uint32_t i = 0; i < calCount; ++i) {
         double v = static_cast<double>(static_cast<float>(src.Data()[i]));
         if constexpr (std::is_integral_v<T2>) v = static_cast<double>(src.Data()[i]);
@@ -237,6 +243,7 @@ void ReduceMax(const LocalTensor<T> &dst, const LocalTensor<T> &src, const Local
     host_model::CheckOperand(dst, calIndex ? 2 : 1, "ReduceMax");
     host_model::CheckOperand(sharedTmpBuffer, host_model::ReduceMaxTmpElements<T>(count, calIndex),
                              "ReduceMax sharedTmpBuffer (its documented minimum size)");
+    host_model::CountVector(uint64_t(count) * sizeof(T));
     const T *s = src.Data();
     int32_t best = 0;
     for (int32_t i = 1; i < count; ++i) {
@@ -263,6 +270,7 @@ void ReduceSum(const LocalTensor<T> &dst, const LocalTensor<T> &src, const Local
     host_model::CheckOperand(dst, 1, "ReduceSum");
     host_model::CheckOperand(sharedTmpBuffer, host_model::ReduceSumTmpElements<T>(count),
                              "ReduceSum sharedTmpBuffer (its documented minimum size)");
+    host_model::CountVector(uint64_t(count) * sizeof(T));
     float acc = 0.0f;
     for (int32_t i = 0; i < count; ++i) acc += static_cast<float>(src.Data()[i]);
     dst.Data()[0] = static_cast<T>(acc);
@@ -285,6 +293,7 @@ void CompareScalar(const LocalTensor<U> &dst, const LocalTensor<T> &src0, const 
     }
     host_model::CheckOperand(src0, count, "CompareScalar");
     host_model::CheckOperand(dst, (count + 7) / 8, "CompareScalar mask");
+    host_model::CountVector(uint64_t(count) * sizeof(T));
     const T *x = src0.Data();
     uint8_t *m = dst.Data();
     std::fill(m, m + (count + 7) / 8, uint8_t(0));
@@ -345,6 +354,8 @@ void Select(const LocalTensor<T> &dst, const LocalTensor<U> &selMask, const Loca
     host_model::CheckOperand(src0, count, "Select");
     host_model::CheckOperand(selMask, ((count + 7) / 8 + sizeof(U) - 1) / sizeof(U), "Select mask");
     host_model::ScribbleTmpUb<T>(src1, "Select(VSEL_TENSOR_SCALAR_MODE)");
+    host_model::CountVector(host_model::kBlockBytes);  // the Duplicate into the scratch block
+    host_model::CountVector(uint64_t(count) * sizeof(T));
     const uint8_t *m = reinterpret_cast<const uint8_t *>(selMask.Data());
     for (uint32_t i = 0; i < count; ++i) {
         dst.Data()[i] = ((m[i / 8] >> (i % 8)) & 1u) ? src0.Data()[i] : src1;
@@ -369,6 +380,7 @@ void Gather(const LocalTensor<T> &dst, const LocalTensor<T> &src, const LocalTen
     }
     host_model::CheckOperand(dst, count, "Gather");
     host_model::CheckOperand(srcOffset, count, "Gather offsets");
+    host_model::CountVector(uint64_t(count) * sizeof(uint32_t));
     src.CheckAligned("Gather");
     std::vector<T> out(count);
     for (uint32_t i = 0; i < count; ++i) {
