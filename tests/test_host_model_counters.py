@@ -35,3 +35,19 @@ def test_counts_scale_with_the_work_and_nest() -> None:
     counts_per_step = 5  # CompareScalar, Duplicate, scratch Duplicate, Select, ReduceSum
     assert inner["vector_instructions"] == 33 * counts_per_step + 1  # + the index fill in Admit
     assert inner["blocks"] == 1
+
+
+def test_bench_rows_carry_the_counts_of_ascendc_runs() -> None:
+    """``ascend-spec bench --backend ascendc`` reports the host model's counts; other backends report none."""
+    from ascend_spec.bench.cases import verify_budget
+    from ascend_spec.bench.core import BenchContext
+
+    ctx = BenchContext(device=torch.device("cpu"), warmup=0, repeats=1, quick=True, backend="ascendc")
+    (row,) = verify_budget.run(ctx)
+    assert (
+        row.metrics["hm_vector_instructions"] == 33 * 5 + 1
+    )  # as in test_counts_scale_with_the_work_and_nest
+    assert row.metrics["hm_dma_bursts"] > 0 and row.metrics["hm_scalar_gm_accesses"] == 1  # the budget scalar
+    (row,) = verify_budget.run(BenchContext(device=torch.device("cpu"), warmup=0, repeats=1, quick=True,
+                                            backend="reference"))  # fmt: skip
+    assert not any(key.startswith("hm_") for key in row.metrics)
