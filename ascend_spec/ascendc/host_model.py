@@ -33,31 +33,67 @@ CACHE_ENV = "ASCEND_SPEC_CACHE_DIR"
 
 @dataclass(frozen=True)
 class SocSpec:
-    """What the host model needs to know of a chip: UB bytes per vector core and the vector core count."""
+    """What the host model needs to know of a chip: the UB bytes per vector core a tiling may use (what
+    ``GetCoreMemSize(UB)`` reports there) and the vector core count."""
 
     name: str
     ub_bytes: int
     vector_cores: int
 
 
-# Atlas A2 (910B1/B2: 24 AI cores x 2 vector cores; B3/B4: 20 x 2) and A3 (910_93):
-# 192 KiB of Unified Buffer per vector core.
+# Atlas A2 (910B1/B2: 24 AI cores x 2 vector cores; B3/B4: 20 x 2) and A3 (910_93): 192 KiB of physical Unified
+# Buffer per vector core, of which GetCoreMemSize(UB) reports 196352 bytes: asc-devkit's platform_ascendc.cpp
+# subtracts a 256-byte kfc reserve (LOCAL_RESERV_SIZE) for SocVersion::ASCEND910B, which Ascend910_93 maps to too.
+USABLE_UB_BYTES = 192 * 1024 - 256
 SOCS: dict[str, SocSpec] = {
     spec.name: spec
     for spec in (
-        SocSpec("ascend910b1", 192 * 1024, 48),
-        SocSpec("ascend910b2", 192 * 1024, 48),
-        SocSpec("ascend910b3", 192 * 1024, 40),
-        SocSpec("ascend910b4", 192 * 1024, 40),
-        SocSpec("ascend910_9391", 192 * 1024, 48),
-        SocSpec("ascend910_9392", 192 * 1024, 48),
+        SocSpec("ascend910b1", USABLE_UB_BYTES, 48),
+        SocSpec("ascend910b2", USABLE_UB_BYTES, 48),
+        SocSpec("ascend910b3", USABLE_UB_BYTES, 40),
+        SocSpec("ascend910b4", USABLE_UB_BYTES, 40),
+        SocSpec("ascend910_9391", USABLE_UB_BYTES, 48),
+        SocSpec("ascend910_9392", USABLE_UB_BYTES, 48),
     )
 }
 DEFAULT_SOC = "ascend910b2"
 
+# What a launch issued, summed over its blocks (csrc/host_model/hm_core.h Counters, in its order): vector
+# instructions and the 256-byte repeats they cover, scalar UB / GM accesses, DMA bursts and bytes per direction
+# (MTE2: GM -> UB, MTE3: UB -> GM, UB -> UB), and the blocks run. Counts only: the model has no timing.
+COUNTERS = (
+    "vector_instructions", "vector_repeats", "scalar_ub_reads", "scalar_ub_writes", "scalar_gm_reads",
+    "scalar_gm_writes", "mte2_bursts", "mte2_bytes", "mte3_bursts", "mte3_bytes", "ub_copy_bursts",
+    "ub_copy_bytes", "blocks",
+)  # fmt: skip
+_count_scopes: list[dict[str, int]] = []
+
 # The dtype codes the kernels' entry points dispatch on (kDtypeF32/kDtypeBf16/kDtypeF16 in
 # csrc/kernels/kernel_utils.h; torch_binding.cpp's DtypeCode maps them the same way on the NPU).
 DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+@contextlib.contextmanager
+def count_instructions() -> Iterator[dict[str, int]]:
+    """Sum :data:`COUNTERS` (plus ``launches``) over every host-model launch inside the ``with`` block."""
+    totals = dict.fromkeys((*COUNTERS, "launches"), 0)
+    _count_scopes.append(totals)
+    try:
+        yield totals
+    finally:
+        del _count_scopes[next(i for i, s in enumerate(_count_scopes) if s is totals)]
+
+
+def _add_counters(lib: ctypes.CDLL) -> None:
+    values = (ctypes.c_int64 * len(COUNTERS))()
+    n = lib.ascend_spec_hm_counters(values, len(COUNTERS))
+    assert n == len(COUNTERS), (
+        f"the host model reports {n} counters, host_model.COUNTERS names {len(COUNTERS)}"
+    )
+    for totals in _count_scopes:
+        for name, value in zip(COUNTERS, values):
+            totals[name] += value
+        totals["launches"] += 1
 
 
 def soc_spec(name: str | None = None) -> SocSpec:
@@ -116,6 +152,8 @@ def load_kernel(kernel: str | Path) -> ctypes.CDLL:
     lib.ascend_spec_hm_configure.argtypes = [ctypes.c_uint64, ctypes.c_int]
     lib.ascend_spec_hm_register_gm.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
     lib.ascend_spec_hm_last_error.restype = ctypes.c_char_p
+    lib.ascend_spec_hm_counters.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int32]
+    lib.ascend_spec_hm_counters.restype = ctypes.c_int32
     return lib
 
 
@@ -193,3 +231,5 @@ def launch(
     if status != 0:
         message = lib.ascend_spec_hm_last_error().decode(errors="replace")
         raise RuntimeError(f"AscendC host model: {kernel_source(kernel).stem}: {message}")
+    if _count_scopes:
+        _add_counters(lib)

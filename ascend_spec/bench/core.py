@@ -31,6 +31,24 @@ class BenchContext:
     def time(self, fn: Callable[[], Any]) -> float:
         return measure_ms(fn, self.device, warmup=self.warmup, repeats=self.repeats)
 
+    def instruction_counts(self, fn: Callable[[], Any]) -> dict[str, int]:
+        """What one ``fn()`` issued through the AscendC host model (``hm_*`` metrics), or nothing when it did
+        not run there (other backends, a real NPU). Counts, not time: see docs/host_model.md."""
+        from ascend_spec.ascendc import host_model
+
+        with host_model.count_instructions() as counts:
+            fn()
+        if not counts["launches"]:
+            return {}
+        return {
+            "hm_vector_instructions": counts["vector_instructions"],
+            "hm_vector_repeats": counts["vector_repeats"],
+            "hm_scalar_ub_accesses": counts["scalar_ub_reads"] + counts["scalar_ub_writes"],
+            "hm_scalar_gm_accesses": counts["scalar_gm_reads"] + counts["scalar_gm_writes"],
+            "hm_dma_bursts": counts["mte2_bursts"] + counts["mte3_bursts"] + counts["ub_copy_bursts"],
+            "hm_dma_bytes": counts["mte2_bytes"] + counts["mte3_bytes"] + counts["ub_copy_bytes"],
+        }
+
 
 @dataclass
 class BenchRow:

@@ -58,20 +58,51 @@ public:
 
 namespace host_model {
 
-constexpr uint32_t kBlockBytes = 32;  // DataCopy / UB operand granularity ("dataBlock")
+constexpr uint32_t kBlockBytes = 32;     // DataCopy / UB operand granularity ("dataBlock")
+constexpr uint32_t kRepeatBytes = 256;   // one vector repeat
+// dav-c220 (A2/A3), asc-devkit impl/basic_api/utils/kernel_utils_constants.h: TOTAL_UB_SIZE = 192 KiB of
+// physical UB; TMP_UB_OFFSET = 184 KiB, where API calls that need a scratch (Select in tensor-scalar and
+// tensor-tensor mode: one 32-byte block) write it. TOTAL_VEC_LOCAL_SIZE = 184 KiB is what a kernel calling them
+// may use.
+constexpr uint64_t kPhysicalUbBytes = 192 * 1024;
+constexpr uint64_t kTmpUbOffset = 184 * 1024;
+constexpr int32_t kQueMaxEvent = 8;  // event ids per HardEvent (kernel_macros.h QUE_MAX_EVENT)
 
 struct GmRegion {
     uintptr_t begin;
     uintptr_t end;
 };
 
+// What the kernels of one host entry call issued (ascend_spec_hm_configure resets it), summed over their blocks
+// (instruction accounting; no timing). The order is the
+// order ascend_spec_hm_counters() writes and ascend_spec/ascendc/host_model.py's COUNTERS names.
+struct Counters {
+    int64_t vectorInstructions = 0;  // one per vector API call (count forms: one instruction)
+    int64_t vectorRepeats = 0;       // 256-byte repeats those instructions cover
+    int64_t scalarUbReads = 0;       // LocalTensor::GetValue
+    int64_t scalarUbWrites = 0;      // LocalTensor::SetValue
+    int64_t scalarGmReads = 0;       // GlobalTensor::GetValue
+    int64_t scalarGmWrites = 0;      // GlobalTensor::SetValue
+    int64_t mte2Bursts = 0;          // GM -> UB DMA blocks (DataCopy / DataCopyPad blockCount)
+    int64_t mte2Bytes = 0;
+    int64_t mte3Bursts = 0;          // UB -> GM
+    int64_t mte3Bytes = 0;
+    int64_t ubCopyBursts = 0;        // UB -> UB DataCopy
+    int64_t ubCopyBytes = 0;
+    int64_t blocks = 0;
+};
+constexpr int kCounterFields = 13;
+
 // Per-library state; the launcher is single-threaded (blocks run one after another).
 struct State {
-    uint64_t ubBytes = 192 * 1024;  // Unified Buffer per vector core (910B: 192 KiB)
+    // UB a tiling may carve: what GetCoreMemSize(UB) reports on the SoC (196352 on 910B and 910_93: the
+    // physical 192 KiB less the 256-byte kfc reserve, asc-devkit platform_ascendc.cpp LOCAL_RESERV_SIZE).
+    uint64_t ubBytes = kPhysicalUbBytes - 256;
     bool reverseBlocks = false;     // run blocks last-to-first to expose order dependence
     std::vector<GmRegion> gm;       // every GM buffer the launch may touch
     int64_t blockIdx = 0;
     int64_t blockNum = 1;
+    Counters counters;              // since the last ascend_spec_hm_configure
     std::string deferredError;      // errors found in destructors (cannot throw there)
     std::string lastError;
 };
@@ -103,6 +134,21 @@ inline void CheckGm(const void *ptr, uint64_t bytes, const char *what) {
 }
 
 inline uint64_t AlignUp(uint64_t value, uint64_t align) { return (value + align - 1) / align * align; }
+
+// One vector instruction over `bytes` of its widest operand.
+inline void CountVector(uint64_t bytes) {
+    Counters &c = GetState().counters;
+    c.vectorInstructions += 1;
+    c.vectorRepeats += static_cast<int64_t>((bytes + kRepeatBytes - 1) / kRepeatBytes);
+}
+enum class Dma { GmToUb, UbToGm, UbToUb };
+inline void CountDma(Dma dir, uint64_t bursts, uint64_t bytes) {
+    Counters &c = GetState().counters;
+    int64_t &n = dir == Dma::GmToUb ? c.mte2Bursts : dir == Dma::UbToGm ? c.mte3Bursts : c.ubCopyBursts;
+    int64_t &b = dir == Dma::GmToUb ? c.mte2Bytes : dir == Dma::UbToGm ? c.mte3Bytes : c.ubCopyBytes;
+    n += static_cast<int64_t>(bursts);
+    b += static_cast<int64_t>(bytes);
+}
 
 }  // namespace host_model
 

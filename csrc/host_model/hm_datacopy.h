@@ -57,13 +57,27 @@ inline void CheckCopyLength(uint64_t bytes, const char *what) {
     }
 }
 
-// GM -> UB, `blockCount` blocks of `blockLen` bytes; UB blocks start on 32-byte boundaries.
+// DataCopyPad's encodable ranges (asc-devkit DataCopyPad docs): blockCount 1..4095, blockLen 1..2097151 bytes,
+// left/right padding at most 32 bytes each. Out of range, the chip's fields wrap or truncate silently.
+inline void CheckPadParams(uint32_t count, uint32_t blockLen, uint64_t leftBytes, uint64_t rightBytes) {
+    std::ostringstream os;
+    if (count < 1 || count > 4095) os << "DataCopyPad: blockCount " << count << " outside 1..4095";
+    else if (blockLen < 1 || blockLen > 2097151) os << "DataCopyPad: blockLen " << blockLen << " bytes outside 1..2097151";
+    else if (leftBytes > 32 || rightBytes > 32)
+        os << "DataCopyPad: padding of " << leftBytes << " + " << rightBytes << " bytes; each side is at most 32";
+    if (!os.str().empty()) Fail(os.str());
+}
+
+// GM -> UB, `blockCount` blocks of `blockLen` bytes; UB blocks start on 32-byte boundaries. The bytes between a
+// block's end (after any right padding) and its 32-byte boundary get the block's first element, as the chip
+// fills them.
 template <typename T>
 void PadCopyIn(const LocalTensor<T> &dst, const GlobalTensor<T> &src, uint32_t count, uint32_t blockLen,
                uint64_t srcGapBytes, uint64_t dstGapBlocks, bool isPad, uint32_t left, uint32_t right, T padValue) {
     dst.CheckAligned("DataCopyPad(GM->UB)");
-    Require(count >= 1 && blockLen >= 1, "DataCopyPad: blockCount and blockLen must be >= 1");
+    CheckPadParams(count, blockLen, uint64_t(left) * sizeof(T), uint64_t(right) * sizeof(T));
     Require(blockLen % sizeof(T) == 0, "DataCopyPad: blockLen must be a whole number of elements");
+    CountDma(Dma::GmToUb, count, uint64_t(count) * blockLen);
     uint32_t elems = blockLen / sizeof(T);
     uint64_t ubBlock = AlignUp((left + elems + right) * sizeof(T), kBlockBytes) + dstGapBlocks * kBlockBytes;
     for (uint32_t b = 0; b < count; ++b) {
@@ -79,6 +93,9 @@ void PadCopyIn(const LocalTensor<T> &dst, const GlobalTensor<T> &src, uint32_t c
             for (uint32_t i = 0; i < right; ++i) out[left + elems + i] = padValue;
         }
         std::memcpy(out + left, src.GetPhyAddr() + gmOff, blockLen);
+        const uint32_t filled = left + elems + right;
+        const uint64_t aligned = AlignUp(filled * sizeof(T), kBlockBytes) / sizeof(T);
+        for (uint64_t i = filled; i < aligned; ++i) out[i] = out[0];
     }
 }
 
@@ -86,7 +103,8 @@ template <typename T>
 void PadCopyOut(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t count, uint32_t blockLen,
                 uint64_t srcGapBlocks, uint64_t dstGapBytes) {
     src.CheckAligned("DataCopyPad(UB->GM)");
-    Require(count >= 1 && blockLen >= 1, "DataCopyPad: blockCount and blockLen must be >= 1");
+    CheckPadParams(count, blockLen, 0, 0);
+    CountDma(Dma::UbToGm, count, uint64_t(count) * blockLen);
     Require(blockLen % sizeof(T) == 0, "DataCopyPad: blockLen must be a whole number of elements");
     uint32_t elems = blockLen / sizeof(T);
     uint64_t ubBlock = AlignUp(blockLen, kBlockBytes) + srcGapBlocks * kBlockBytes;
@@ -106,6 +124,7 @@ void PadCopyOut(const GlobalTensor<T> &dst, const LocalTensor<T> &src, uint32_t 
 template <typename T>
 void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const uint32_t calCount) {
     host_model::CheckCopyLength(uint64_t(calCount) * sizeof(T), "DataCopy(GM->UB)");
+    host_model::CountDma(host_model::Dma::GmToUb, 1, uint64_t(calCount) * sizeof(T));
     dst.CheckAligned("DataCopy(GM->UB)");
     dst.CheckRange(0, calCount, "DataCopy(GM->UB) destination");
     src.Check(0, calCount, "DataCopy(GM->UB) source");
@@ -115,6 +134,7 @@ void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const uint3
 template <typename T>
 void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t calCount) {
     host_model::CheckCopyLength(uint64_t(calCount) * sizeof(T), "DataCopy(UB->GM)");
+    host_model::CountDma(host_model::Dma::UbToGm, 1, uint64_t(calCount) * sizeof(T));
     src.CheckAligned("DataCopy(UB->GM)");
     src.CheckRange(0, calCount, "DataCopy(UB->GM) source");
     dst.Check(0, calCount, "DataCopy(UB->GM) destination");
@@ -124,6 +144,7 @@ void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const uint3
 template <typename T>
 void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32_t calCount) {
     host_model::CheckCopyLength(uint64_t(calCount) * sizeof(T), "DataCopy(UB->UB)");
+    host_model::CountDma(host_model::Dma::UbToUb, 1, uint64_t(calCount) * sizeof(T));
     dst.CheckAligned("DataCopy(UB->UB)");
     src.CheckAligned("DataCopy(UB->UB)");
     dst.CheckRange(0, calCount, "DataCopy(UB->UB) destination");
@@ -135,6 +156,7 @@ void DataCopy(const LocalTensor<T> &dst, const LocalTensor<T> &src, const uint32
 template <typename T>
 void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const DataCopyParams &p) {
     dst.CheckAligned("DataCopy(GM->UB, params)");
+    host_model::CountDma(host_model::Dma::GmToUb, p.blockCount, uint64_t(p.blockCount) * p.blockLen * host_model::kBlockBytes);
     const uint64_t blk = host_model::kBlockBytes / sizeof(T);
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         uint64_t s = b * (p.blockLen + p.srcStride) * blk, d = b * (p.blockLen + p.dstStride) * blk;
@@ -147,6 +169,7 @@ void DataCopy(const LocalTensor<T> &dst, const GlobalTensor<T> &src, const DataC
 template <typename T>
 void DataCopy(const GlobalTensor<T> &dst, const LocalTensor<T> &src, const DataCopyParams &p) {
     src.CheckAligned("DataCopy(UB->GM, params)");
+    host_model::CountDma(host_model::Dma::UbToGm, p.blockCount, uint64_t(p.blockCount) * p.blockLen * host_model::kBlockBytes);
     const uint64_t blk = host_model::kBlockBytes / sizeof(T);
     for (uint32_t b = 0; b < p.blockCount; ++b) {
         uint64_t s = b * (p.blockLen + p.srcStride) * blk, d = b * (p.blockLen + p.dstStride) * blk;

@@ -21,6 +21,7 @@ int Launch(uint32_t blockDim, void (*kernel)(Params...), Args... args) {
     }
     s.blockNum = blockDim;
     for (uint32_t i = 0; i < blockDim; ++i) {
+        s.counters.blocks += 1;
         s.blockIdx = s.reverseBlocks ? int64_t(blockDim - 1 - i) : int64_t(i);
         s.deferredError.clear();
         try {
@@ -44,12 +45,22 @@ int Launch(uint32_t blockDim, void (*kernel)(Params...), Args... args) {
     extern "C" void ascend_spec_hm_configure(uint64_t ubBytes, int reverseBlocks) {                          \
         AscendC::host_model::GetState().ubBytes = ubBytes;                                                   \
         AscendC::host_model::GetState().reverseBlocks = reverseBlocks != 0;                                  \
+        AscendC::host_model::GetState().counters = AscendC::host_model::Counters{};                          \
     }                                                                                                        \
     extern "C" void ascend_spec_hm_register_gm(void *ptr, uint64_t bytes) {                                  \
         auto begin = reinterpret_cast<uintptr_t>(ptr);                                                       \
         AscendC::host_model::GetState().gm.push_back({begin, begin + bytes});                                \
     }                                                                                                        \
     extern "C" void ascend_spec_hm_clear_gm() { AscendC::host_model::GetState().gm.clear(); }                \
+    extern "C" int32_t ascend_spec_hm_counters(int64_t *out, int32_t n) {                                     \
+        const AscendC::host_model::Counters &c = AscendC::host_model::GetState().counters;                   \
+        const int64_t values[] = {c.vectorInstructions, c.vectorRepeats, c.scalarUbReads, c.scalarUbWrites,   \
+                                  c.scalarGmReads,      c.scalarGmWrites, c.mte2Bursts,  c.mte2Bytes,         \
+                                  c.mte3Bursts,         c.mte3Bytes,     c.ubCopyBursts, c.ubCopyBytes,       \
+                                  c.blocks};                                                                   \
+        for (int32_t i = 0; i < n && i < AscendC::host_model::kCounterFields; ++i) out[i] = values[i];        \
+        return AscendC::host_model::kCounterFields;                                                           \
+    }                                                                                                        \
     extern "C" const char *ascend_spec_hm_last_error() {                                                     \
         return AscendC::host_model::GetState().lastError.c_str();                                            \
     }

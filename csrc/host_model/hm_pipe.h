@@ -2,6 +2,7 @@
 // synchronisation primitives (events, barriers), which are checked for pairing but have no timing.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -40,7 +41,12 @@ class TBuf;
 
 class TPipe {
 public:
-    TPipe() : ub_(host_model::GetState().ubBytes, 0xCD) { host_model::CurrentPipe() = this; }
+    // The arena is the physical UB (larger when a test configures a bigger SoC); carving stops at limit_.
+    TPipe()
+        : ub_(std::max<uint64_t>(host_model::kPhysicalUbBytes, host_model::GetState().ubBytes), 0xCD),
+          limit_(host_model::GetState().ubBytes) {
+        host_model::CurrentPipe() = this;
+    }
     ~TPipe() {
         CheckBalanced();
         if (host_model::CurrentPipe() == this) host_model::CurrentPipe() = nullptr;
@@ -53,9 +59,30 @@ public:
     template <TPosition POS>
     bool InitBuffer(TBuf<POS> &buf, uint32_t len);
 
+    // One pool of kQueMaxEvent ids per HardEvent (asc-devkit kernel_tpipe_impl.h): FetchEventID returns the
+    // lowest id AllocEventID has not reserved, without reserving it.
     event_t FetchEventID(HardEvent evt) {
-        (void)evt;
-        return static_cast<event_t>(nextEvent_++ % 8);
+        const uint32_t occupied = pools_[static_cast<int>(evt)];
+        for (int32_t id = 0; id < host_model::kQueMaxEvent; ++id) {
+            if (!(occupied & (1u << id))) return id;
+        }
+        host_model::Fail("FetchEventID: all event ids of this HardEvent are allocated (ReleaseEventID missing)");
+    }
+    template <HardEvent EVT>
+    event_t FetchEventID() {
+        return FetchEventID(EVT);
+    }
+    template <HardEvent EVT>
+    event_t AllocEventID() {
+        event_t id = FetchEventID(EVT);
+        pools_[static_cast<int>(EVT)] |= 1u << id;
+        return id;
+    }
+    template <HardEvent EVT>
+    void ReleaseEventID(event_t id) {
+        host_model::Require(id >= 0 && id < host_model::kQueMaxEvent, "ReleaseEventID: id out of range");
+        host_model::Require(pools_[static_cast<int>(EVT)] & (1u << id), "ReleaseEventID of an id not allocated");
+        pools_[static_cast<int>(EVT)] &= ~(1u << id);
     }
     void Reset() {
         CheckBalanced();
@@ -69,10 +96,10 @@ public:
         host_model::Require(len > 0, std::string(what) + ": buffer length must be > 0");
         uint64_t start = host_model::AlignUp(used_, host_model::kBlockBytes);
         uint64_t end = start + host_model::AlignUp(len, host_model::kBlockBytes);
-        if (end > ub_.size()) {
+        if (end > limit_) {
             std::ostringstream os;
-            os << what << ": Unified Buffer overflow: needs " << end << " bytes in total but this core has "
-               << ub_.size() << " (192 KiB on 910B; the tiling must fit the UB)";
+            os << what << ": Unified Buffer overflow: needs " << end << " bytes in total but GetCoreMemSize(UB) "
+               << "gives " << limit_ << " on this SoC (the tiling must fit it)";
             host_model::Fail(os.str());
         }
         used_ = end;
@@ -85,7 +112,25 @@ public:
         return buffers_.back().get();
     }
     uint64_t UsedBytes() const { return used_; }
-    void SetFlagImpl(HardEvent evt, event_t id) { flags_[{static_cast<int>(evt), id}] += 1; }
+    // The carved buffer overlapping UB bytes [begin, end), or nullptr.
+    const host_model::UbBuffer *Overlapping(uint64_t begin, uint64_t end) const {
+        for (const auto &buf : buffers_) {
+            const uint64_t b0 = buf->offset, b1 = b0 + host_model::AlignUp(buf->bytes, host_model::kBlockBytes);
+            if (b0 < end && begin < b1) return buf.get();
+        }
+        return nullptr;
+    }
+    uint8_t *UbBase() { return ub_.data(); }
+    void SetFlagImpl(HardEvent evt, event_t id) {
+        host_model::Require(id >= 0 && id < host_model::kQueMaxEvent,
+                            "SetFlag: event id " + std::to_string(id) + " outside the HardEvent's 8 ids");
+        int &n = flags_[{static_cast<int>(evt), id}];
+        if (n > 0) {
+            host_model::Fail("SetFlag twice on one (HardEvent, event id) before its WaitFlag: the second "
+                             "signal is lost on the chip (use another id or wait first)");
+        }
+        n += 1;
+    }
     void WaitFlagImpl(HardEvent evt, event_t id) {
         int &n = flags_[{static_cast<int>(evt), id}];
         if (n <= 0) host_model::Fail("WaitFlag on an event that was never SetFlag'ed (the pipe would hang)");
@@ -105,11 +150,12 @@ private:
         }
     }
 
-    std::vector<uint8_t> ub_;
+    std::vector<uint8_t> ub_;  // the physical UB; carving stops at limit_
+    uint64_t limit_;
     uint64_t used_ = 0;
     std::vector<std::unique_ptr<host_model::UbBuffer>> buffers_;
     std::map<std::pair<int, event_t>, int> flags_;
-    int nextEvent_ = 0;
+    uint32_t pools_[static_cast<int>(HardEvent::MAX)] = {};
 };
 
 inline TPipe *GetTPipePtr() { return host_model::CurrentPipe(); }
@@ -181,13 +227,14 @@ private:
 template <TPosition POS = TPosition::VECCALC>
 class TBuf {
 public:
+    // Non-const as in CANN (kernel_tpipe.h): a kernel calling Get on a const TBuf does not compile there.
     template <typename T>
-    LocalTensor<T> Get() const {
+    LocalTensor<T> Get() {
         host_model::Require(buf_ != nullptr, "TBuf::Get before InitBuffer");
         return Get<T>(buf_->bytes / sizeof(T));
     }
     template <typename T>
-    LocalTensor<T> Get(uint32_t len) const {
+    LocalTensor<T> Get(uint32_t len) {
         host_model::Require(buf_ != nullptr, "TBuf::Get before InitBuffer");
         host_model::Require(len * sizeof(T) <= buf_->bytes, "TBuf::Get(len) larger than the buffer");
         LocalTensor<T> t;

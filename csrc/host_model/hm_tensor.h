@@ -26,10 +26,12 @@ public:
 
     T GetValue(uint64_t offset) const {
         Check(offset, 1, "GlobalTensor::GetValue");
+        host_model::GetState().counters.scalarGmReads += 1;
         return data_[offset];
     }
     void SetValue(uint64_t offset, T value) {
         Check(offset, 1, "GlobalTensor::SetValue");
+        host_model::GetState().counters.scalarGmWrites += 1;
         data_[offset] = value;
     }
     GlobalTensor operator[](uint64_t offset) const {
@@ -80,10 +82,12 @@ public:
 
     T GetValue(uint32_t index) const {
         CheckRange(index, 1, "LocalTensor::GetValue");
+        host_model::GetState().counters.scalarUbReads += 1;
         return Data()[index];
     }
     void SetValue(uint32_t index, T value) const {
         CheckRange(index, 1, "LocalTensor::SetValue");
+        host_model::GetState().counters.scalarUbWrites += 1;
         Data()[index] = value;
     }
     LocalTensor operator[](uint32_t offset) const {

@@ -1,10 +1,11 @@
 // Host model of the AscendC kernel API (the subset ascend-spec's kernels use).
 //
 // With `-I csrc/host_model -DASCEND_SPEC_HOST_MODEL` this header stands in for CANN's kernel_operator.h, so the
-// unchanged kernel sources in csrc/kernels/ compile with g++ and run on the CPU block by block. It enforces what
-// the chip enforces (UB capacity per core, 32-byte DataCopy lengths and UB operand alignment, TQue
-// Alloc/EnQue/DeQue/Free discipline, SetFlag/WaitFlag pairing, GM accesses inside the kernel's tensors) and models
-// nothing about timing, bank conflicts or pipe concurrency. See docs/host_model.md.
+// unchanged kernel sources in csrc/kernels/ compile with g++ and run on the CPU block by block. It refuses what an
+// A2/A3 vector core breaks silently (UB as GetCoreMemSize reports it, Select's scratch at 184 KiB, DMA and
+// vector-instruction limits, the Cast table, TQue and per-HardEvent event discipline, GM accesses inside the
+// kernel's tensors) and models nothing about timing, bank conflicts or pipe concurrency. The exact list:
+// docs/host_model.md.
 #pragma once
 
 // ASCEND_SPEC_NPU_LAUNCH_CHECK: tests/test_npu_binding.py compiles the NPU launchers (with `<<<>>>` removed)

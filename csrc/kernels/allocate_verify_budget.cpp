@@ -6,8 +6,11 @@
 // 1. survival and capacities -> UB; the scalar unit turns each row into keys: NaN -> 0, clamp to [0, 1], running
 //    minimum along K, -1 for positions >= capacity (below every real key), and counts the E eligible slots.
 //    T = min(clamp(budget, 0, max_budget), E); the budget is a GM scalar when it is a device tensor.
-// 2. 32 bisection steps over the bit patterns [0, bits(1.0f)] (non-negative floats order like their bits) find
-//    the T-th best key t: each step is CompareScalar(GE) -> Select(1, 0) -> ReduceSum on the vector unit.
+//    A key is stored as the float whose bits are bits(v) + bits(FLT_MIN): non-negative floats order like their
+//    bits, so the map keeps the order of [0, 1] and lands in the normal floats [FLT_MIN, 2], and no vector
+//    compare ever sees a subnormal (the vector unit's denormal handling is undocumented).
+// 2. 32 bisection steps over the key bit patterns [bits(FLT_MIN), bits(2.0f)] find the T-th best key t: each
+//    step is CompareScalar(GE) -> Select(1, 0) -> ReduceSum on the vector unit.
 // 3. the scalar unit admits key > t, and key == t while fewer than T - #{key > t} equal keys were seen in flat
 //    (request, position) order, writing counts, offsets and indices into UB tiles that leave by DataCopyPad.
 #include "allocate_verify_budget_tiling.h"
@@ -27,7 +30,17 @@ __aicore__ inline float BitsToFloat(uint32_t bits) {
     return v.f;
 }
 
-constexpr uint32_t kOneBits = 0x3F800000u;  // 1.0f: the largest key
+__aicore__ inline uint32_t FloatToBits(float f) {
+    union {
+        float f;
+        uint32_t u;
+    } v;
+    v.f = f;
+    return v.u;
+}
+
+constexpr uint32_t kKeyShift = 0x00800000u;               // bits(FLT_MIN): survival 0 -> the smallest normal
+constexpr uint32_t kOneBits = 0x3F800000u + kKeyShift;    // survival 1.0f -> 2.0f, the largest key
 
 class AllocateVerifyBudget {
 public:
@@ -71,7 +84,8 @@ public:
         if (budget > t_.maxBudget) budget = t_.maxBudget;
         if (budget > eligible) budget = eligible;
         Sync<AscendC::HardEvent::S_V>();  // keys written by the scalar unit feed the vector unit
-        int64_t lo = 0, hi = kOneBits;    // invariant: #{key >= lo} >= budget (lo = 0 counts every eligible slot)
+        // invariant: #{key >= lo} >= budget (lo = the key of survival 0 counts every eligible slot)
+        int64_t lo = kKeyShift, hi = kOneBits;
         for (int32_t step = 0; step < 32; ++step) {
             const int64_t mid = lo + (hi - lo + 1) / 2;
             if (Count(AscendC::CMPMODE::GE, BitsToFloat(static_cast<uint32_t>(mid))) >= budget) {
@@ -108,7 +122,7 @@ private:
                 if (!(v > 0.0f)) v = 0.0f;  // NaN, negatives and -0.0 -> +0.0
                 if (v > 1.0f) v = 1.0f;
                 if (v < run) run = v;
-                keys_.SetValue(i, j < c ? run : -1.0f);
+                keys_.SetValue(i, j < c ? BitsToFloat(FloatToBits(run) + kKeyShift) : -1.0f);
             }
         }
         for (int64_t i = t_.slots; i < t_.slotsPad; ++i) keys_.SetValue(static_cast<uint32_t>(i), -1.0f);

@@ -125,13 +125,15 @@ private:
                 vals.SetValue(k, static_cast<int32_t>(len));
             }
             Flush(seqLens_[lo], vals, n);
-            // query_start_loc[req + 1] = (req + 1) * Q; core 0 also writes the leading 0.
-            const int64_t first = (lo == 0) ? 0 : lo + 1;
-            const int64_t last = lo + n;  // inclusive
-            for (int64_t k = first; k <= last; ++k) {
-                vals.SetValue(k - first, static_cast<int32_t>(k * t_.numQueryTokens));
+            // query_start_loc[req + 1] = (req + 1) * Q: n entries, so a full tile never spills past its end.
+            for (int64_t k = 0; k < n; ++k) {
+                vals.SetValue(k, static_cast<int32_t>((lo + k + 1) * t_.numQueryTokens));
             }
-            Flush(queryStartLoc_[first], vals, last - first + 1);
+            Flush(queryStartLoc_[lo + 1], vals, n);
+        }
+        if (begin == 0) {  // the leading 0, once
+            vals.SetValue(0, 0);
+            Flush(queryStartLoc_[0], vals, 1);
         }
     }
 

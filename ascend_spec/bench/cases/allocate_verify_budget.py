@@ -76,6 +76,7 @@ def run(ctx: BenchContext) -> list[BenchRow]:
             time_ms=time_ms,
             baseline_ms=base_ms,
             metrics={
+                **ctx.instruction_counts(op),
                 "bytes_read": survival.numel() * 4 + b * caps.element_size() + 8,
                 "bytes_written": written,
                 "host_syncs": 0,

@@ -63,6 +63,7 @@ def run(ctx: BenchContext) -> list[BenchRow]:
                 time_ms=time_ms,
                 baseline_ms=base_ms,
                 metrics={
+                    **ctx.instruction_counts(op),
                     "bytes_read": bytes_read,
                     "bytes_written": n * 4,
                     "read_gbs": bytes_read / (time_ms * 1e6),

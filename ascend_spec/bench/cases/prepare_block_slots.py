@@ -121,6 +121,7 @@ def run(ctx: BenchContext) -> list[BenchRow]:
                 time_ms=time_ms,
                 baseline_ms=base_ms,
                 metrics={
+                    **ctx.instruction_counts(op),
                     "bytes_written": written,
                     "bytes_read": bytes_read,
                     "tokens": r * Q + int(inp["context_lens"].sum()),

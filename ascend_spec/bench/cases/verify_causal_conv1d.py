@@ -129,6 +129,7 @@ def run(ctx: BenchContext) -> list[BenchRow]:
                 time_ms=time_ms,
                 baseline_ms=base_ms,
                 metrics={
+                    **ctx.instruction_counts(op),
                     "state_bytes_per_request": ours_state,
                     "per_draft_slot_state_bytes_per_request": per_slot_state,
                     "bytes_moved": ours_bytes,

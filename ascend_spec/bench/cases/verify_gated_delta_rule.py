@@ -147,6 +147,7 @@ def run(ctx: BenchContext) -> list[BenchRow]:
                 time_ms=time_ms,
                 baseline_ms=base_ms,
                 metrics={
+                    **ctx.instruction_counts(op),
                     "state_bytes_per_req": state_bytes,
                     "records_bytes_per_req": rec_slot,
                     "per_draft_slot_bytes_per_req": (k_drafts + 1) * state_bytes,

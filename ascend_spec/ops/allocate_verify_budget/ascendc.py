@@ -36,13 +36,25 @@ def ub_bytes_needed(b: int, k: int, max_budget: int) -> int:
     return (2 * slots_pad + tmp_len + 8) * 4 + slots_pad // 8 + 4 * req_pad * 4 + index_pad * 4 + 32 * 8
 
 
+# Select in tensor-scalar mode writes a scratch block at UB offset 184 KiB on A2/A3 (TMP_UB_OFFSET in asc-devkit's
+# kernel_utils_constants.h): the kernel calls it every bisection step, so its buffers must end below that.
+SELECT_SCRATCH_OFFSET = 184 * 1024
+
+
+def ub_limit(device: torch.device) -> int:
+    """UB bytes the kernel may carve: the SoC's GetCoreMemSize(UB), capped below Select's scratch."""
+    usable = host_model.USABLE_UB_BYTES if device.type == "npu" else host_model.soc_spec().ub_bytes
+    return min(usable, SELECT_SCRATCH_OFFSET)
+
+
 def _check_fits(b: int, k: int, max_budget: int, device: torch.device) -> None:
     need = ub_bytes_needed(b, k, max_budget)
-    have = 192 * 1024 if device.type == "npu" else host_model.soc_spec().ub_bytes  # A2/A3: 192 KiB per core
+    have = ub_limit(device)
     if need > have:
         raise ValueError(
-            f"survival: {b} x {k} slots need {need} bytes of Unified Buffer on one AscendC core, more than its "
-            f"{have}; use backend='triton' or 'reference' for batches this large"
+            f"survival: {b} x {k} slots need {need} bytes of Unified Buffer on one AscendC core, more than the "
+            f"{have} it may use (Select's scratch starts at 184 KiB); use backend='triton' or 'reference' for "
+            "batches this large"
         )
 
 
