@@ -1,66 +1,73 @@
-"""The ``ascend-spec`` command: ``bench`` (operator microbenchmarks) and ``plan`` (budget planning report)."""
+"""The ``ascend-spec`` command: ``bench`` (operator microbenchmarks) and ``plan`` (budget planning report).
+
+Every subcommand reports user errors the same way (:class:`ascend_spec.cli_args.CommandError`): one line
+``ascend-spec <command>: error: <message>`` on stderr and exit status 2. Adding a subcommand takes an
+``_add_<name>`` function that builds its parser and sets ``func``, and one entry in :data:`SUBCOMMANDS`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
-import torch
+from ascend_spec.cli_args import CommandError
 
-
-def _add_bench(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="operator microbenchmarks, each against a baseline in the same run")
-    p.add_argument("--device", default=None, help="cpu, cuda or npu (default: best available)")
-    p.add_argument("--case", action="append", default=None, help="run only this case module (repeatable)")
-    p.add_argument("--backend", default="auto", help="backend for the ops under test (default: auto)")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--quick", action="store_true", help="small shapes and few repeats (smoke test)")
-    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as JSON")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.set_defaults(func=_run_bench)
+Subparsers = argparse._SubParsersAction
 
 
-def _run_bench(args: argparse.Namespace) -> int:
-    from ascend_spec.bench.core import BenchContext
-    from ascend_spec.bench.runner import best_device, format_table, run_cases, write_json
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are CommandErrors, so :func:`main` reports parse and run errors in one place."""
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device) if args.device else best_device()
-    repeats = 3 if args.quick else args.repeats
-    warmup = 1 if args.quick else args.warmup
-    ctx = BenchContext(device=device, warmup=warmup, repeats=repeats, quick=args.quick, backend=args.backend)
-    rows = run_cases(ctx, args.case)
-    print(f"ascend-spec bench on {device} (torch {torch.__version__}, {torch.get_num_threads()} threads)")
-    print(format_table(rows))
-    if args.json:
-        write_json(rows, ctx, args.json)
-        print(f"wrote {args.json}")
-    return 0
+    def error(self, message: str) -> NoReturn:
+        raise CommandError(message, prog=self.prog)
 
 
-def _add_plan(sub: argparse._SubParsersAction) -> None:
+def _add_bench(sub: Subparsers) -> None:
+    from ascend_spec.bench import command
+
+    about = "operator microbenchmarks, each against a baseline in the same run"
+    p = sub.add_parser("bench", help=about, description=about)
+    command.add_arguments(p)
+    p.set_defaults(func=command.run)
+
+
+def _add_plan(sub: Subparsers) -> None:
     from ascend_spec.graph import plan_report
 
-    p = sub.add_parser("plan", help="expected tokens/s: plain decoding, fixed K, and the dynamic controller")
+    about = "expected tokens/s: plain decoding, fixed K, and the dynamic controller"
+    p = sub.add_parser("plan", help=about, description=about)
     plan_report.add_arguments(p)
     p.set_defaults(func=plan_report.run)
 
 
+SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_bench, _add_plan)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ascend-spec", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_bench(sub)
-    _add_plan(sub)
+    parser = _Parser(
+        prog="ascend-spec", description="block-drafter speculative decoding: benchmarks and plans"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+    for add in SUBCOMMANDS:
+        add(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    """Run one subcommand; a user error prints one line and returns 2 (``--help`` exits 0 as usual)."""
+    parser = build_parser()
+    command: str | None = None
+    try:
+        args = parser.parse_args(argv)
+        command = args.command
+        return int(args.func(args) or 0)
+    except CommandError as e:
+        prog = e.prog or f"{parser.prog} {command}"
+        message = " ".join(str(e).split())  # one line, whatever the message held
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,6 +1,8 @@
 """GraphBuckets: padding (the seed's literal examples), the generation rule, shipped defaults, bad input."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ascend_spec.graph import GraphBuckets
 
@@ -103,3 +105,28 @@ def test_for_engine_and_soc_errors():
         GraphBuckets.for_soc("h100")
     with pytest.raises(ValueError, match="part must be 'target' or 'draft'; got 'both'"):
         GraphBuckets.for_soc("ascend910b", "both")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(1, 5000), min_size=1, max_size=20), st.integers(1, 6000))
+def test_pad_and_sizes_above_match_a_linear_scan(sizes, n):
+    b = GraphBuckets(sizes)
+    ordered = sorted(sizes)
+    assert b.sizes == tuple(ordered)
+    assert b.pad(n) == next((s for s in ordered if s >= n), None)
+    assert b.sizes_above(n) == tuple(s for s in ordered if s > n)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 16), st.one_of(st.none(), st.integers(1, 40)))
+def test_for_engine_sizes_for_any_request_count(max_reqs, q, max_graphs):
+    b = GraphBuckets.for_engine(max_reqs, q, max_graphs=max_graphs)
+    limit = max_reqs * q
+    assert b.largest == limit and len(set(b.sizes)) == len(b)
+    assert all(s % q == 0 for s in b)  # limit = max_reqs * q is a multiple too
+    if max_graphs is not None:
+        assert len(b) <= max_graphs
+        full = GraphBuckets.for_engine(max_reqs, q)
+        assert set(b) <= set(full) and (max_graphs == 1 or b.smallest == full.smallest)
+    for r in range(1, max_reqs + 1):  # every uniform batch has a graph
+        assert b.pad(r * q) is not None

@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ascend_spec.graph import DraftGraphDispatcher, GraphBuckets, TargetGraphDispatcher, graph_backend
 
@@ -115,3 +117,80 @@ def test_cuda_graph_capture_and_replay():  # pragma: no cover - runs on GPU mach
     x.add_(1.0)
     out = disp.run(d, step)  # replay reads the new values of the static input
     torch.testing.assert_close(out, (torch.arange(16, device="cuda") + 1.0) * 2.0)
+
+
+# -- index math, for any bucket set (hypothesis) ----------------------------------------------------------------
+@st.composite
+def bucket_sets(draw):
+    sizes = draw(st.sets(st.integers(1, 300), min_size=1, max_size=12))
+    return GraphBuckets(sizes), draw(st.integers(1, 24))
+
+
+def smallest_holding(sizes, n):
+    """Linear-scan oracle for the graph that runs n tokens (None above the largest)."""
+    return next((s for s in sorted(sizes) if s >= n), None)
+
+
+def test_descriptors_skip_buckets_no_uniform_batch_reaches():
+    disp = DraftGraphDispatcher(GraphBuckets([8, 12, 16, 20, 24]), tokens_per_request=8)
+    # 1 request -> 8, 2 -> 16, 3 -> 24; 12 and 20 are never the graph of a uniform batch
+    assert [(d.num_tokens, d.num_reqs, d.actual_reqs) for d in disp.descriptors()] == [
+        (8, 1, 1),
+        (16, 2, 2),
+        (24, 3, 3),
+    ]
+    disp = TargetGraphDispatcher(GraphBuckets([5, 6, 20]), tokens_per_request=4)
+    assert [d.num_tokens for d in disp.descriptors()] == [5, 20]  # 6 would repeat 5's batch of one request
+
+
+@settings(max_examples=200, deadline=None)
+@given(bucket_sets(), st.sampled_from([TargetGraphDispatcher, DraftGraphDispatcher]))
+def test_descriptors_are_exactly_the_uniform_graphs_dispatch_can_return(bq, cls):
+    buckets, q = bq
+    disp = cls(buckets, tokens_per_request=q)
+    descs = disp.descriptors()
+    keys = [d.key for d in descs]
+    assert len(keys) == len(set(keys))  # no duplicates
+    reachable = {disp.dispatch(r).key for r in range(1, buckets.largest // q + 2)} - {None}
+    assert set(keys) == reachable  # nothing missing, nothing extra
+    assert [d.num_tokens for d in descs] == sorted(d.num_tokens for d in descs)
+    for d in descs:
+        assert d == disp.dispatch(d.actual_reqs) and not d.eager and d.uniform
+        assert d.num_tokens in buckets and d.num_reqs == d.num_tokens // q
+        assert d.actual_tokens == d.actual_reqs * q <= d.num_tokens < (d.actual_reqs + 1) * q
+
+
+@settings(max_examples=200, deadline=None)
+@given(bucket_sets(), st.integers(1, 400))
+def test_uniform_dispatch_index_math(bq, num_reqs):
+    buckets, q = bq
+    d = TargetGraphDispatcher(buckets, tokens_per_request=q).dispatch(num_reqs)
+    want = smallest_holding(buckets.sizes, num_reqs * q)
+    assert (d.actual_reqs, d.actual_tokens, d.uniform) == (num_reqs, num_reqs * q, True)
+    if want is None:
+        assert d.eager and (d.num_tokens, d.num_reqs) == (num_reqs * q, num_reqs)
+    else:
+        assert d.key == ("target", "uniform", want) and d.num_tokens == want
+        assert d.num_reqs == want // q >= num_reqs  # padded requests fill the graph, none split
+        assert d.padding_tokens == want - num_reqs * q >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(bucket_sets(), st.data())
+def test_ragged_dispatch_index_math(bq, data):
+    buckets, q = bq
+    b = data.draw(st.integers(1, 200))
+    n = data.draw(st.integers(b, b * q))
+    d = TargetGraphDispatcher(buckets, tokens_per_request=q).dispatch(b, num_tokens=n)
+    assert (d.actual_reqs, d.actual_tokens) == (b, n)
+    if n == b * q:
+        assert d.uniform
+        return
+    want = smallest_holding(buckets.sizes, n)
+    assert not d.uniform
+    if want is None:
+        assert d.eager and (d.num_tokens, d.num_reqs) == (n, b)
+    else:
+        reqs = smallest_holding(buckets.sizes, b)
+        assert d.key == ("target", "ragged", want, reqs) and (d.num_tokens, d.num_reqs) == (want, reqs)
+        assert b <= d.num_reqs <= d.num_tokens

@@ -113,7 +113,7 @@ def test_cli_errors(capsys, tmp_path):
     assert cli.main(["plan", "--profile", "no_such_profile"]) == 2
     assert "neither a file nor a shipped config in configs/profiles/" in capsys.readouterr().err
     assert cli.main(["plan", "--batch-sizes", "0"]) == 2
-    assert "--batch-sizes must be positive; got 0" in capsys.readouterr().err
+    assert "argument --batch-sizes: must be an integer >= 1; got 0" in capsys.readouterr().err
     assert cli.main(["plan", "--max-drafts", "12"]) == 2
     assert "max_drafts must be in [1, 9]" in capsys.readouterr().err
     bad = tmp_path / "bad_profile.json"
@@ -121,7 +121,7 @@ def test_cli_errors(capsys, tmp_path):
     data["target"]["points"][3]["cost"] = -1.0
     bad.write_text(json.dumps(data))
     assert cli.main(["plan", "--profile", str(bad)]) == 2
-    assert "target: costs[8] must not be negative" in capsys.readouterr().err
+    assert "target.points[3].cost (bucket 8) must not be negative" in capsys.readouterr().err
     curve = tmp_path / "curve.json"
     curve.write_text(
         json.dumps({"format": "ascend-spec/acceptance/v1", "drafter": "medusa", "acceptance": [0.5]})

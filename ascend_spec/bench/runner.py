@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ascend_spec.bench.bandwidth import DeviceBandwidth
 from ascend_spec.bench.cases import CASE_MODULES
 from ascend_spec.bench.core import BenchContext, BenchRow
 
@@ -24,6 +25,11 @@ def best_device() -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda")
     return torch.device("cpu")
+
+
+def case_names() -> tuple[str, ...]:
+    """The bench cases, in table order (the registry in :mod:`ascend_spec.bench.cases`)."""
+    return tuple(CASE_MODULES)
 
 
 def run_cases(ctx: BenchContext, only: Sequence[str] | None = None) -> list[BenchRow]:
@@ -74,8 +80,10 @@ def format_table(rows: Sequence[BenchRow]) -> str:
     return "\n".join(lines)
 
 
-def write_json(rows: Sequence[BenchRow], ctx: BenchContext, path: Path) -> None:
-    payload = {
+def write_json(
+    rows: Sequence[BenchRow], ctx: BenchContext, path: Path, *, bandwidth: DeviceBandwidth | None = None
+) -> None:
+    payload: dict[str, object] = {
         "device": str(ctx.device),
         "torch": torch.__version__,
         "machine": platform.machine(),
@@ -85,4 +93,6 @@ def write_json(rows: Sequence[BenchRow], ctx: BenchContext, path: Path) -> None:
         "quick": ctx.quick,
         "rows": [r.to_json() for r in rows],
     }
+    if bandwidth is not None:
+        payload["bandwidth"] = bandwidth.to_json()
     path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -16,9 +16,18 @@ from typing import Any
 
 import torch
 
-from ascend_spec.graph.config_io import read_json
+from ascend_spec.graph.config_io import (
+    check_keys,
+    field_path,
+    get_str,
+    get_str_list,
+    read_json,
+    require_object,
+)
 
 CURVE_FORMAT = "ascend-spec/acceptance/v1"
+_CURVE_KEYS = ("format", "drafter", "label", "notes", "acceptance", "survival", "classes")
+_CLASS_KEYS = ("weight", "name", "acceptance", "survival")
 
 
 @dataclass(frozen=True)
@@ -79,38 +88,49 @@ def _class_survival(where: str, data: Mapping) -> tuple[float, ...]:
         raise ValueError(f"{where} must give exactly one of 'acceptance' (conditional) or 'survival'")
     if "acceptance" in data:
         surv, p = [], 1.0
-        for a in _probabilities(f"{where}.acceptance", data["acceptance"]):
+        for a in _probabilities(field_path(where, "acceptance"), data["acceptance"]):
             p *= a
             surv.append(p)
         return tuple(surv)
-    surv = _probabilities(f"{where}.survival", data["survival"])
+    surv = _probabilities(field_path(where, "survival"), data["survival"])
     for i in range(1, len(surv)):
         if surv[i] > surv[i - 1]:
-            raise ValueError(f"{where}.survival must not increase; got {surv[i - 1]} then {surv[i]} at {i}")
+            raise ValueError(
+                f"{field_path(where, 'survival')} must not increase; got {surv[i - 1]} then {surv[i]} at {i}"
+            )
     return tuple(surv)
 
 
 def curve_from_dict(data: Any, *, where: str = "acceptance curve") -> AcceptanceCurve:
-    if not isinstance(data, Mapping):
-        raise ValueError(f"{where} must be a JSON object; got {type(data).__name__}")
+    data = require_object(where, data)
     if data.get("format") != CURVE_FORMAT:
         raise ValueError(f"{where}: format must be {CURVE_FORMAT!r}; got {data.get('format')!r}")
+    check_keys(where, data, _CURVE_KEYS)
     drafter = data.get("drafter")
     if not isinstance(drafter, str) or not drafter:
         raise ValueError(f"{where}: drafter must name the drafter (e.g. 'dspark'); got {drafter!r}")
-    label = str(data.get("label", drafter))
+    label = get_str(where, data, "label", drafter) or drafter
+    get_str_list(where, data, "notes")
     if "classes" in data:
+        if "acceptance" in data or "survival" in data:
+            raise ValueError(f"{where}: give either classes or a top-level 'acceptance'/'survival', not both")
         raw = data["classes"]
         if not isinstance(raw, list) or not raw:
             raise ValueError(f"{where}: classes must be a non-empty list; got {raw!r}")
         classes = []
         for i, c in enumerate(raw):
-            if not isinstance(c, Mapping):
-                raise ValueError(f"{where}: classes[{i}] must be an object; got {c!r}")
+            at = field_path(where, f"classes[{i}]")
+            c = require_object(at, c)
+            check_keys(at, c, _CLASS_KEYS)
+            get_str(at, c, "name")
             w = c.get("weight")
             if isinstance(w, bool) or not isinstance(w, (int, float)) or not w > 0 or not math.isfinite(w):
-                raise ValueError(f"{where}: classes[{i}].weight must be a positive number; got {w!r}")
-            classes.append(RequestClass(float(w), _class_survival(f"{where}: classes[{i}]", c)))
+                raise ValueError(f"{at}.weight must be a positive number; got {w!r}")
+            classes.append(RequestClass(float(w), _class_survival(at, c)))
+        if not math.isfinite(sum(c.weight for c in classes)):
+            raise ValueError(
+                f"{where}: the class weights must have a finite sum; got {[c.weight for c in classes]}"
+            )
     else:
         classes = [RequestClass(1.0, _class_survival(where, data))]
     return AcceptanceCurve(drafter, label, tuple(classes))

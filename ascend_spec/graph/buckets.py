@@ -15,11 +15,11 @@ largest.
 from __future__ import annotations
 
 import bisect
-import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ascend_spec.checks import check_int
+from ascend_spec.graph.config_io import read_json, require_object
 
 
 class GraphBuckets:
@@ -113,9 +113,15 @@ class GraphBuckets:
         data = load_soc_buckets(soc)
         if part not in ("target", "draft"):
             raise ValueError(f"part must be 'target' or 'draft'; got {part!r}")
+        where = soc_bucket_files()[soc]
         if part not in data:
-            raise ValueError(f"configs/buckets/{soc}.json has no {part!r} sizes")
-        return cls(data[part])
+            raise ValueError(f"{where} has no {part!r} sizes")
+        if not isinstance(data[part], list):
+            raise ValueError(f"{where}: {part} must be an array of sizes; got {data[part]!r}")
+        try:
+            return cls(data[part])
+        except ValueError as e:
+            raise ValueError(f"{where}: {part}: {e}") from None
 
 
 def soc_bucket_files() -> dict[str, Path]:
@@ -129,5 +135,4 @@ def load_soc_buckets(soc: str) -> dict:
     files = soc_bucket_files()
     if soc not in files:
         raise ValueError(f"soc must be one of {sorted(files)} (configs/buckets/*.json); got {soc!r}")
-    with open(files[soc]) as f:
-        return json.load(f)
+    return dict(require_object(str(files[soc]), read_json(files[soc])))

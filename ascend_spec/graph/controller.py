@@ -139,6 +139,12 @@ class BudgetController:
             raise ValueError(f"draft_cost must be a CostProfile; got {type(draft_cost).__name__}")
         if not isinstance(verify_cost, CostProfile):
             raise ValueError(f"verify_cost must be a CostProfile; got {type(verify_cost).__name__}")
+        cheapest = verify_cost.costs[verify_cost.buckets.smallest]
+        if not cheapest > 0:
+            raise ValueError(
+                f"verify_cost must be > 0 ms at every bucket (time per token divides by the target's step "
+                f"time); got {cheapest} at {verify_cost.buckets.smallest} tokens"
+            )
         self.draft_cost = draft_cost
         self.verify_cost = verify_cost
         self.max_drafts = check_int("max_drafts", max_drafts, minimum=1)

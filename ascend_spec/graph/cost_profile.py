@@ -26,11 +26,27 @@ import torch
 
 from ascend_spec.checks import check_int
 from ascend_spec.graph.buckets import GraphBuckets
-from ascend_spec.graph.config_io import read_json
+from ascend_spec.graph.config_io import (
+    check_keys,
+    field_path,
+    get_number,
+    get_str,
+    json_type,
+    read_json,
+    require_object,
+)
 
 PROFILE_FORMAT = "ascend-spec/cost-profile/v1"
 #: Where a cost point came from; anything not "measured" is marked in the JSON and the plan report.
 ORIGINS = ("measured", "seed", "derived", "interpolated", "assumed", "adjusted")
+#: The one cost unit: every consumer reads costs as milliseconds (tokens/s = tokens / cost * 1e3).
+UNIT = "ms"
+#: ``eager.origin`` values: a slope given by the profile, or the default extrapolation (recomputed on load).
+EAGER_GIVEN = "given"
+EAGER_EXTRAPOLATED = "extrapolated from the two largest buckets"
+_PROFILE_KEYS = ("format", "part", "unit", "source", "points", "eager")
+_POINT_KEYS = ("tokens", "cost", "origin")
+_EAGER_KEYS = ("per_token", "origin")
 
 
 @dataclass(frozen=True)
@@ -74,6 +90,8 @@ class CostProfile:
         source: str | None = None,
         eager_per_token: float | None = None,
     ) -> None:
+        if unit != UNIT:
+            raise ValueError(f"unit must be {UNIT!r} (every cost is read as milliseconds); got {unit!r}")
         if not isinstance(costs, Mapping):
             raise ValueError(f"costs must be a mapping of bucket size -> cost; got {type(costs).__name__}")
         if not costs:
@@ -150,8 +168,13 @@ class CostProfile:
     def scaled(self, factor: float) -> CostProfile:
         """The same profile with every cost multiplied by ``factor`` (what-if studies, tests)."""
         f = _check_cost("factor", factor)
+        costs = {s: c * f for s, c in self._costs.items()}
+        if not all(math.isfinite(c) for c in costs.values()):
+            raise ValueError(
+                f"scaling the {self.part or 'profile'} costs by {f} overflows (largest {max(self._costs.values())} ms)"
+            )
         return CostProfile(
-            {s: c * f for s, c in self._costs.items()},
+            costs,
             part=self.part,
             unit=self.unit,
             origins=self.origins,
@@ -186,53 +209,70 @@ class CostProfile:
         if self.source is not None:
             out["source"] = self.source
         out["points"] = points
-        out["eager"] = (
-            {"per_token": self._eager_slope, "origin": "extrapolated from the two largest buckets"}
-            if self.eager_extrapolated
-            else {"per_token": self._eager_slope, "origin": "given"}
-        )
+        out["eager"] = {
+            "per_token": self._eager_slope,
+            "origin": EAGER_EXTRAPOLATED if self.eager_extrapolated else EAGER_GIVEN,
+        }
         return out
 
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "profile") -> CostProfile:
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{where} must be a JSON object; got {type(data).__name__}")
+        """Read a profile written by :meth:`to_dict`, checking every field's JSON type before building it.
+
+        ``eager`` is optional; when present it is ``{"per_token": number, "origin": "given"}`` (the slope used
+        above the largest bucket) or the default extrapolation as :meth:`to_dict` writes it, whose
+        ``per_token``, when given, must match the slope the points imply (a stale value is refused rather
+        than silently replaced).
+        """
+        data = require_object(where, data)
+        check_keys(where, data, _PROFILE_KEYS)
         fmt = data.get("format")
         if fmt != PROFILE_FORMAT:
             raise ValueError(f"{where}: format must be {PROFILE_FORMAT!r}; got {fmt!r}")
+        part = get_str(where, data, "part")
+        unit = get_str(where, data, "unit", UNIT)
+        source = get_str(where, data, "source")
         points = data.get("points")
         if not isinstance(points, list):
-            raise ValueError(f"{where}: points must be a list of {{tokens, cost}} objects; got {points!r}")
+            raise ValueError(
+                f"{where}: points must be a list of {{tokens, cost}} objects; got {json_type(points)} {points!r}"
+            )
         if not points:
             raise ValueError(f"{where}: points must not be empty")
         costs: dict[int, float] = {}
         origins: dict[int, str] = {}
         for i, p in enumerate(points):
+            at = field_path(where, f"points[{i}]")
             if not isinstance(p, Mapping) or "tokens" not in p or "cost" not in p:
-                raise ValueError(
-                    f"{where}: points[{i}] must be an object with 'tokens' and 'cost'; got {p!r}"
-                )
-            tokens = check_int(f"{where}: points[{i}].tokens", p["tokens"], minimum=1)
+                raise ValueError(f"{at} must be an object with 'tokens' and 'cost'; got {p!r}")
+            check_keys(at, p, _POINT_KEYS)
+            tokens = check_int(f"{at}.tokens", p["tokens"], minimum=1)
             if tokens in costs:
-                raise ValueError(f"{where}: points[{i}] repeats bucket {tokens}")
-            costs[tokens] = p["cost"]
+                raise ValueError(f"{at} repeats bucket {tokens}")
+            cost = get_number(f"{at}.cost", p["cost"])
+            if cost < 0:
+                raise ValueError(f"{at}.cost (bucket {tokens}) must not be negative; got {p['cost']!r}")
+            costs[tokens] = cost
             if "origin" in p:
-                origins[tokens] = p["origin"]
-        eager = data.get("eager") or {}
-        eager_slope = None
-        if eager and eager.get("origin") == "given":
-            eager_slope = eager.get("per_token")
+                origin = p["origin"]
+                if origin not in ORIGINS:
+                    raise ValueError(f"{at}.origin must be one of {ORIGINS}; got {origin!r}")
+                origins[tokens] = origin
+        eager_slope, stated_slope = _read_eager(where, data.get("eager"))
         try:
-            return cls(
-                costs,
-                part=data.get("part"),
-                unit=data.get("unit", "ms"),
-                origins=origins,
-                source=data.get("source"),
-                eager_per_token=eager_slope,
+            profile = cls(
+                costs, part=part, unit=unit, origins=origins, source=source, eager_per_token=eager_slope
             )
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
+        if stated_slope is not None and not math.isclose(
+            stated_slope, profile.eager_per_token, rel_tol=1e-9, abs_tol=1e-12
+        ):
+            raise ValueError(
+                f"{field_path(where, 'eager.per_token')} is {stated_slope} but the points imply {profile.eager_per_token} "
+                f"({EAGER_EXTRAPOLATED}); fix it, or set eager.origin to {EAGER_GIVEN!r} to use it"
+            )
+        return profile
 
     def save(self, path: str | Path) -> None:
         with open(path, "w") as f:
@@ -286,6 +326,28 @@ class CostProfile:
                 running = median
         source = f"CostProfile.measure on {dev}: median of {repeats} runs after {warmup} warm-up"
         return cls(costs, part=part, origins=origins, source=source)
+
+
+def _read_eager(where: str, eager: object) -> tuple[float | None, float | None]:
+    """(slope to use, or None for the default extrapolation; slope stated next to a default extrapolation)."""
+    if eager is None:
+        return None, None
+    at = field_path(where, "eager")
+    eager = require_object(at, eager)
+    check_keys(at, eager, _EAGER_KEYS)
+    origin = eager.get("origin")
+    if origin not in (EAGER_GIVEN, EAGER_EXTRAPOLATED):
+        raise ValueError(f"{at}.origin must be {EAGER_GIVEN!r} or {EAGER_EXTRAPOLATED!r}; got {origin!r}")
+    if origin == EAGER_GIVEN:
+        if "per_token" not in eager:
+            raise ValueError(f"{at}.per_token must be given when eager.origin is {EAGER_GIVEN!r}")
+        slope = get_number(f"{at}.per_token", eager["per_token"])
+        if slope < 0:
+            raise ValueError(f"{at}.per_token must not be negative; got {eager['per_token']!r}")
+        return slope, None
+    if "per_token" not in eager:
+        return None, None
+    return None, get_number(f"{at}.per_token", eager["per_token"])
 
 
 def _timing_device(device: str | torch.device | None) -> torch.device:

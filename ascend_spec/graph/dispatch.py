@@ -99,9 +99,18 @@ class _GraphDispatcher:
         return bucket, bucket // q, (self.part, "uniform", bucket), tokens
 
     def descriptors(self) -> list[GraphDescriptor]:
-        """One uniform descriptor per bucket that holds at least one full request (what start-up captures)."""
+        """Every uniform graph :meth:`dispatch` can replay, once each, smallest first (what start-up captures).
+
+        A bucket ``s`` runs the uniform batch of ``s // q`` requests exactly when no smaller bucket holds that
+        batch; a bucket that no uniform batch pads to (e.g. 12 between 8 and 16 with ``q = 8``: one request
+        runs the 8 graph, two the 16 graph) would be captured and never replayed, so it gets no descriptor.
+        """
         q = self.tokens_per_request
-        return [self.dispatch(size // q) for size in self.buckets if size >= q]
+        return [
+            self.dispatch(size // q)
+            for size in self.buckets
+            if size >= q and self.buckets.pad(size // q * q) == size
+        ]
 
     # -- capture and replay --------------------------------------------------------------------------------
     @property

@@ -17,15 +17,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import math
 import textwrap
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ascend_spec.cli_args import (
+    CommandError,
+    check_distinct_outputs,
+    check_plot_path,
+    int_at_least,
+    output_file,
+    writing,
+)
 from ascend_spec.graph.acceptance import AcceptanceCurve, load_curve
-from ascend_spec.graph.config_io import read_json
+from ascend_spec.graph.config_io import (
+    check_keys,
+    get_bool,
+    get_str,
+    get_str_list,
+    read_json,
+    require_object,
+)
 from ascend_spec.graph.controller import BudgetController
 from ascend_spec.graph.cost_profile import CostProfile
 
@@ -33,6 +48,8 @@ PLAN_PROFILE_FORMAT = "ascend-spec/plan-profile/v1"
 DEFAULT_PROFILE = "talk_ascend910b"
 DEFAULT_CURVE = "dspark_talk"
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_PLAN_PROFILE_KEYS = ("format", "label", "soc", "notes", "target", "drafters")
+_DRAFTER_KEYS = ("query", "sequential", "profile")
 QUERY_RULES = (
     "K",
     "K+1",
@@ -83,27 +100,38 @@ def _configs_path(value: str, sub: str) -> Path:
 
 
 def load_plan_profile(path: str | Path) -> PlanProfile:
+    """Read a plan profile strictly: JSON types as documented, unknown keys refused, errors name file and field."""
     path = Path(path)
-    data = read_json(path)
-    if not isinstance(data, Mapping) or data.get("format") != PLAN_PROFILE_FORMAT:
-        got = data.get("format") if isinstance(data, Mapping) else type(data).__name__
-        raise ValueError(f"{path}: format must be {PLAN_PROFILE_FORMAT!r}; got {got!r}")
+    data = require_object(str(path), read_json(path))
+    if data.get("format") != PLAN_PROFILE_FORMAT:
+        raise ValueError(f"{path}: format must be {PLAN_PROFILE_FORMAT!r}; got {data.get('format')!r}")
+    check_keys(str(path), data, _PLAN_PROFILE_KEYS)
+    where = str(path)
+    label = get_str(where, data, "label", path.stem)
+    get_str(where, data, "soc")  # informational; typed like every other field
+    notes = get_str_list(where, data, "notes")
     target = CostProfile.from_dict(data.get("target"), where=f"{path}: target")
+    cheapest = target.costs[target.buckets.smallest]
+    if not cheapest > 0:
+        raise ValueError(
+            f"{path}: target.points: the cost at {target.buckets.smallest} tokens must be > 0 ms (tokens/s "
+            f"divides by the target's step time); got {cheapest}"
+        )
     raw = data.get("drafters")
     if not isinstance(raw, Mapping) or not raw:
         raise ValueError(f"{path}: drafters must map drafter names to {{query, profile}}; got {raw!r}")
     drafters = {}
     for name, d in raw.items():
         where = f"{path}: drafters.{name}"
-        if not isinstance(d, Mapping):
-            raise ValueError(f"{where} must be an object; got {d!r}")
+        d = require_object(where, d)
+        check_keys(where, d, _DRAFTER_KEYS)
         query = d.get("query")
         if query not in QUERY_RULES:
             raise ValueError(f"{where}.query must be one of {QUERY_RULES}; got {query!r}")
+        sequential = get_bool(where, d, "sequential", query == "1")
         profile = CostProfile.from_dict(d.get("profile"), where=f"{where}.profile")
-        drafters[name] = Drafter(name, query, bool(d.get("sequential", query == "1")), profile)
-    notes = data.get("notes", [])
-    return PlanProfile(str(data.get("label", path.stem)), target, drafters, list(notes))
+        drafters[name] = Drafter(name, query, sequential, profile)
+    return PlanProfile(label or path.stem, target, drafters, notes)
 
 
 @dataclass
@@ -192,6 +220,11 @@ def check_dominance(plans: list[BatchPlan], *, rel_tol: float = 1e-9) -> list[st
     return bad
 
 
+def _ratio(num: float, den: float, digits: int) -> str:
+    """``num / den`` as ``1.23x``; n/a when the denominator is 0 (costs so large that tokens/s underflows)."""
+    return f"{num / den:.{digits}f}x" if den > 0 and math.isfinite(den) else "n/a"
+
+
 def format_table(plans: list[BatchPlan]) -> str:
     def cell(c: Cell) -> str:
         return f"{c.tokens_per_s:.0f}{'*' if c.eager else ''}"
@@ -205,9 +238,9 @@ def format_table(plans: list[BatchPlan]) -> str:
         ["  depth/T"] + [f"{p.dynamic.detail['depth']}/{p.dynamic.detail['total_budget']}" for p in plans]
     )
     rows.append(["  best fixed K"] + [str(p.best_fixed[0]) for p in plans])
-    rows.append(["  dyn/plain"] + [f"{p.dynamic.tokens_per_s / p.plain.tokens_per_s:.2f}x" for p in plans])
+    rows.append(["  dyn/plain"] + [_ratio(p.dynamic.tokens_per_s, p.plain.tokens_per_s, 2) for p in plans])
     rows.append(
-        ["  dyn/best K"] + [f"{p.dynamic.tokens_per_s / p.best_fixed[1].tokens_per_s:.3f}x" for p in plans]
+        ["  dyn/best K"] + [_ratio(p.dynamic.tokens_per_s, p.best_fixed[1].tokens_per_s, 3) for p in plans]
     )
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = [
@@ -253,18 +286,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CURVE.json",
         help=f"acceptance curve file or shipped name in configs/acceptance/ (default {DEFAULT_CURVE})",
     )
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(DEFAULT_BATCH_SIZES), metavar="B")
     parser.add_argument(
-        "--max-drafts", type=int, default=None, help="largest K (default: the curve's length)"
+        "--batch-sizes",
+        type=int_at_least(1),
+        nargs="+",
+        default=list(DEFAULT_BATCH_SIZES),
+        metavar="B",
     )
     parser.add_argument(
-        "--json", type=Path, default=None, metavar="PATH", help="also write the results as JSON"
+        "--max-drafts", type=int_at_least(1), default=None, help="largest K (default: the curve's length)"
     )
     parser.add_argument(
-        "--plot", type=Path, default=None, metavar="PNG", help="also plot tokens/s (needs matplotlib)"
+        "--json", type=output_file, default=None, metavar="PATH", help="also write the results as JSON"
     )
     parser.add_argument(
-        "--explain", type=int, default=None, metavar="B", help="print the thresholds at batch B"
+        "--plot", type=output_file, default=None, metavar="PNG", help="also plot tokens/s (needs matplotlib)"
+    )
+    parser.add_argument(
+        "--explain", type=int_at_least(1), default=None, metavar="B", help="print the thresholds at batch B"
     )
 
 
@@ -276,32 +315,18 @@ def _origin_summary(profile: CostProfile) -> str:
     return ", ".join(f"{n} {origin}" for origin, n in counts.items())
 
 
-def _matplotlib_missing() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("matplotlib") is None
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.plot is not None and _matplotlib_missing():
-        print(
-            "ascend-spec plan: error: --plot needs matplotlib, which is not installed "
-            "(pip install matplotlib, or pip install 'ascend-spec[plot]')",
-            file=sys.stderr,
-        )
-        return 2
+    check_distinct_outputs(json=args.json, plot=args.plot)
+    if args.plot is not None:
+        check_plot_path(args.plot)
     try:
         profile_path = _configs_path(args.profile, "profiles")
         curve_path = _configs_path(args.acceptance, "acceptance")
-        for b in args.batch_sizes:
-            if b < 1:
-                raise ValueError(f"--batch-sizes must be positive; got {b}")
         profile = load_plan_profile(profile_path)
         curve = load_curve(curve_path)
         plans = evaluate(profile, curve, list(args.batch_sizes), args.max_drafts)
-    except ValueError as e:
-        print(f"ascend-spec plan: error: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError) as e:
+        raise CommandError(str(e)) from None
     print(f"profile: {profile.label} ({profile_path})")
     print(f"acceptance: {curve.label} ({curve_path})")
     drafter = profile.drafters[curve.drafter]
@@ -333,9 +358,11 @@ def run(args: argparse.Namespace) -> int:
             "acceptance": str(curve_path),
             "plans": [asdict(p) for p in plans],
         }
-        args.json.write_text(json.dumps(data, indent=2) + "\n")
+        with writing("--json", args.json):
+            args.json.write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {args.json}")
     if args.plot:
-        plot(plans, args.plot, f"{profile.label} / {curve.label}")
+        with writing("--plot", args.plot):
+            plot(plans, args.plot, f"{profile.label} / {curve.label}")
         print(f"wrote {args.plot}")
     return 0
