@@ -17,7 +17,9 @@ import triton.language as tl
 from ascend_spec.gdn.protocol import KernelMode
 from ascend_spec.gdn.verify_causal_conv1d import CausalConv1dArgs
 
-_BLOCK_C = 128
+# [BLOCK_T, BLOCK_C] tiles of 8 x 64: Ascend's compiler keeps every tap's loads and pointers in UB (192 KiB);
+# 16 x 128 needs about 660 KiB there (tests/test_triton_ascend_compile.py).
+_BLOCK_C = 64
 _BLOCK_B = 128
 
 
@@ -301,7 +303,7 @@ def _counts_kernel(cu_ptr, idx_ptr, nrec_ptr, pend_ptr, B, L, MODE: tl.constexpr
 
 def _blocks(width: int) -> tuple[int, int]:
     block_k = triton.next_power_of_2(width - 1)
-    return block_k, max(16, block_k)
+    return block_k, max(8, block_k)
 
 
 def verify_causal_conv1d(args: CausalConv1dArgs, out: torch.Tensor | None) -> None:

@@ -100,25 +100,17 @@ def _verify_kernel(
 
     if HAS_TOKENS:
         nb = 1 - bank
-        p_q = q + (bos * H + i_h) * DK + o_k
-        p_kk = k + (bos * H + i_h) * DK + o_k
-        p_v = v + (bos * HV + i_hv) * DV + o_v
-        p_g = g + bos * HV + i_hv
-        p_beta = beta + bos * HV + i_hv
-        p_o = o + (bos * HV + i_hv) * DV + o_v
-        w_k = rec_k + ((slot * 2 + nb) * L * H + i_h) * DK + o_k
-        w_g = rec_g + (slot * 2 + nb) * L * HV + i_hv
-        w_u = rec_u + (slot * L * HV + i_hv) * DV + o_v
         own_k = active & (i_v == 0) & (i_hv % (HV // H) == 0)
         own_g = active & (i_v == 0)
         k_lim = tl.where(own_k, DK, 0)
         n_loop = tl.where(valid, n_new, 0)
         for t in range(0, n_loop):
-            b_q = tl.load(p_q, mask=mask_k, other=0.0).to(tl.float32)
-            b_k = tl.load(p_kk, mask=mask_k, other=0.0).to(tl.float32)
-            b_v = tl.load(p_v, mask=mask_v, other=0.0).to(tl.float32)
-            b_g = tl.load(p_g).to(tl.float32)
-            b_beta = tl.load(p_beta).to(tl.float32)
+            tok = bos + t
+            b_q = tl.load(q + (tok * H + i_h) * DK + o_k, mask=mask_k, other=0.0).to(tl.float32)
+            b_k = tl.load(k + (tok * H + i_h) * DK + o_k, mask=mask_k, other=0.0).to(tl.float32)
+            b_v = tl.load(v + (tok * HV + i_hv) * DV + o_v, mask=mask_v, other=0.0).to(tl.float32)
+            b_g = tl.load(g + tok * HV + i_hv).to(tl.float32)
+            b_beta = tl.load(beta + tok * HV + i_hv).to(tl.float32)
             if USE_L2NORM:
                 b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6)
                 b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
@@ -127,25 +119,18 @@ def _verify_kernel(
             b_u = b_beta * (b_v - tl.sum(b_s * b_k[:, None], 0))
             b_s = b_s + b_k[:, None] * b_u[None, :]
             b_o = tl.sum(b_s * b_q[:, None], 0)
+            p_o = o + (tok * HV + i_hv) * DV + o_v
             tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=mask_v)
             # t >= L only happens with value checks off: nothing is written there, num_recorded = min(len, L).
             in_cap = t < L
-            tl.store(w_u, b_u, mask=o_v < tl.where(in_cap, DV, 0))
-            tl.store(w_k, b_k, mask=o_k < tl.where(in_cap, k_lim, 0))
-            tl.store(w_g, b_g, mask=own_g & in_cap)
-            p_q += H * DK
-            p_kk += H * DK
-            p_v += HV * DV
-            p_g += HV
-            p_beta += HV
-            p_o += HV * DV
-            w_k += H * DK
-            w_g += HV
-            w_u += HV * DV
+            tl.store(rec_u + ((slot * L + t) * HV + i_hv) * DV + o_v, b_u, mask=o_v < tl.where(in_cap, DV, 0))
+            tl.store(rec_k + (((slot * 2 + nb) * L + t) * H + i_h) * DK + o_k, b_k,
+                     mask=o_k < tl.where(in_cap, k_lim, 0))  # fmt: skip
+            tl.store(rec_g + ((slot * 2 + nb) * L + t) * HV + i_hv, b_g, mask=own_g & in_cap)
         zeros = tl.zeros([BV], dtype=tl.float32)
-        for _ in range(0, tl.where(valid, 0, n_new)):  # padding row: zero outputs, nothing else
+        for t in range(0, tl.where(valid, 0, n_new)):  # padding row: zero outputs, nothing else
+            p_o = o + ((bos + t) * HV + i_hv) * DV + o_v
             tl.store(p_o, zeros.to(p_o.dtype.element_ty), mask=mask_v)
-            p_o += HV * DV
 
 
 @triton.jit

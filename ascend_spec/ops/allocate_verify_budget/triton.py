@@ -1,7 +1,7 @@
 """Triton kernel for verify-budget allocation: threshold search instead of a global sort, one launch, no host read.
 
-Imported lazily by the dispatch. One program walks the [B, K] slots in [BLOCK_B, BLOCK_K] tiles (B*K is small:
-256 x 16 = 4096 slots at the batch of Huawei's talk on DFlash and DSpark in vLLM):
+Imported lazily by the dispatch. One program walks the [B, K] slots in [BLOCK_B, BLOCK_K] tiles of at most 2048
+slots (B*K is small: 256 x 16 = 4096 slots at the batch of Huawei's talk on DFlash and DSpark in vLLM):
 
 1. key pass: survival -> fp32, NaN -> 0, clamp to [0, 1], running minimum along K (``tl.associative_scan``),
    then the float's bit pattern as int32 (non-negative floats order like their bits); ineligible slots
@@ -24,6 +24,9 @@ import triton.language as tl
 from ascend_spec.ops.allocate_verify_budget import VerifyAllocation, VerifyBudgetArgs
 
 ONE_BITS: tl.constexpr = tl.constexpr(0x3F800000)  # bit pattern of 1.0f, the largest key
+# Slots per [BLOCK_B, BLOCK_K] tile: Ascend's compiler keeps a tile's temporaries in UB (192 KiB); 4096 slots
+# need about 293 KiB there (tests/test_triton_ascend_compile.py), 2048 fit.
+_TILE_SLOTS = 2048
 
 
 @triton.jit
@@ -149,7 +152,7 @@ def allocate_verify_budget(args: VerifyBudgetArgs, out: VerifyAllocation) -> Non
     scratch = torch.empty(b, k, dtype=torch.int32, device=survival.device)
     in_memory = isinstance(budget, torch.Tensor)  # the kernel loads it in its own int dtype
     block_k = triton.next_power_of_2(k)
-    block_b = max(1, min(triton.next_power_of_2(b), 4096 // block_k))
+    block_b = max(1, min(triton.next_power_of_2(b), _TILE_SLOTS // block_k))
     _allocate_kernel[(1,)](
         survival,
         capacities if capacities is not None else out.num_drafts,  # unused pointer when HAS_CAP is False
