@@ -130,6 +130,8 @@ def test_gated_delta_rule_any_layout_and_slot(backend, data):
     k = torch.randn(num_tokens, h, dk, generator=gen) * 0.4
     v = torch.randn(num_tokens, hv, dv, generator=gen)
     g = -torch.rand(num_tokens, hv, generator=gen) * 2
+    if num_tokens and draw(st.booleans()):  # full forgets and huge decays among the gates
+        g.view(-1)[draw(st.integers(0, g.numel() - 1))] = draw(st.sampled_from([float("-inf"), -20000.0]))
     beta = torch.rand(num_tokens, hv, generator=gen)
     pool = torch.randn(num_slots, hv, dk, dv, generator=gen)
     rec = random_gdn_records(gen, num_slots, h, hv, dk, dv)
@@ -291,3 +293,53 @@ def test_causal_conv1d_any_layout_and_slot(backend, data):
     assert_close(pool_p.view, want_pool)
     assert torch.equal(got_rec.num_recorded, want_rec.num_recorded)
     assert fpend_p.view.tolist() == want_pend.tolist()
+
+
+# ------------------------------------------------------------------------------------ replay numerics (g <= 0)
+
+GATES = st.one_of(
+    st.sampled_from([float("-inf"), -20000.0, -88.0, -30.0, -1e-30, 0.0, -0.0]),
+    st.floats(-5.0, 0.0, allow_nan=False),
+)
+
+
+def f64_replay(
+    state: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor, n: int
+) -> torch.Tensor:
+    """The recurrence itself in float64: ``S <- exp(g_t) S + k_t u_t^T`` token by token (GQA by repeat)."""
+    rep = u.shape[1] // k.shape[1]
+    s = state.double()
+    for t in range(n):
+        k_t = k[t].double().repeat_interleave(rep, dim=0)
+        s = s * torch.exp(g[t].double())[:, None, None] + k_t[:, :, None] * u[t].double()[:, None, :]
+    return s
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_flush_replay_is_stable_for_every_gate(backend, data):
+    """Full forgets (g = -inf) and huge decays (g = -20000) replay within float64-oracle tolerance, finite."""
+    draw = data.draw
+    num_slots, h, hv, dk, dv = 2, 1, 2, 8, 8
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    rec = allocate_records(num_slots, L, hv, dk, dv, num_k_heads=h)
+    rec.k.copy_(torch.randn(rec.k.shape, generator=gen))
+    rec.u.copy_(torch.randn(rec.u.shape, generator=gen))
+    gates = torch.tensor([draw(GATES) for _ in range(rec.g.numel())]).view(rec.g.shape)
+    rec.g.copy_(gates)
+    rec.bank.copy_(torch.tensor([draw(st.integers(0, 1)) for _ in range(num_slots)], dtype=torch.int32))
+    rec.num_recorded.fill_(L)
+    pool = torch.randn(num_slots, hv, dk, dv, generator=gen)
+    pending = [draw(st.integers(0, L)) for _ in range(num_slots)]
+    want = [
+        f64_replay(pool[s], rec.k[s, int(rec.bank[s])], rec.g[s, int(rec.bank[s])], rec.u[s], pending[s])
+        for s in range(num_slots)
+    ]
+    flush_pending(
+        pool, torch.arange(num_slots), rec, torch.tensor(pending, dtype=torch.int32), backend=backend
+    )
+    assert bool(torch.isfinite(pool).all())
+    for s in range(num_slots):
+        scale = float(want[s].abs().max()) or 1.0
+        assert_close(pool[s], want[s], atol=2e-6 * scale)
