@@ -135,8 +135,6 @@ def allocate_verify_budget(
     check_tensor("survival", survival, ndim=2, dtypes=FLOAT_DTYPES)
     device = survival.device
     b, k = survival.shape
-    if b == 0:
-        raise ValueError(f"survival must hold at least one request; got shape {list(survival.shape)}")
     if k == 0:
         raise ValueError(f"survival must have K >= 1 draft positions; got shape {list(survival.shape)}")
     if b * k > INT32_MAX:
@@ -163,6 +161,9 @@ def allocate_verify_budget(
     else:
         check_outputs(out, VerifyAllocation, layout, device)
     assert out is not None
+    if b == 0:  # an empty batch: no drafts, query_start_loc = [0], an empty draft_index
+        out.query_start_loc.zero_()
+        return out
     run(VerifyBudgetArgs(survival, total_budget, capacities, max_budget), out)
     return out
 
