@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ascend_spec.gdn.protocol import KernelMode
-from ascend_spec.gdn.triton_uncovered import zero_uncovered_rows
+from ascend_spec.gdn.triton import zero_uncovered_rows
 from ascend_spec.gdn.verify_causal_conv1d import CausalConv1dArgs
 
 # [BLOCK_T, BLOCK_C] tiles of 8 x 64: Ascend's compiler keeps every tap's loads and pointers in UB (192 KiB);

@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from ascend_spec.gdn.protocol import KernelMode
-from ascend_spec.gdn.triton_uncovered import zero_uncovered_rows
+from ascend_spec.gdn.triton import zero_uncovered_rows
 from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
 
 

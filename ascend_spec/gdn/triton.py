@@ -1,4 +1,4 @@
-"""Triton kernel that zeroes the output rows no request covers (imported lazily: TRITON_INTERPRET matters).
+"""Triton pieces the GDN verify ops share: zeroing the output rows no request covers (imported lazily).
 
 The verify kernels write the outputs of rows ``[cu_seqlens[0], cu_seqlens[B])`` only. With value checks off a
 caller may pass ``cu_seqlens[-1] < T`` (or ``cu_seqlens[0] > 0``); the outputs are still complete, as the
