@@ -60,7 +60,7 @@ class MaxSoftmaxArgs:
     in csrc/kernels/max_softmax_confidence_tiling.h)."""
 
     logits: torch.Tensor  # [N, V] fp32/bf16/fp16, any strides, V >= 1
-    temperature: float  # finite, > 0
+    temperature: float  # in [MIN_TEMPERATURE, MAX_TEMPERATURE]: 1/T is a normal float32
 
 
 def empty_max_softmax_partials(
