@@ -2,7 +2,8 @@
 the inputs an engine really passes: any strided view of every input (state indices as a column of a block table,
 int32 or int64), out-of-range state indices with value checks on (a ValueError naming the row) and off (padding:
 nothing read, nothing written, zero outputs), ``cu_seqlens[-1] < T`` with checks off (the uncovered output rows
-are zeros, never what ``out`` held) and empty batches. Every buffer sits inside guard canaries
+are zeros, never what ``out`` held), ``cu_seqlens[-1] > T`` with checks off (rows clamped to the T tokens) and
+empty batches. Every buffer sits inside guard canaries
 (tests/strided_layouts.py): a write outside a tensor's own elements fails the test.
 
 The expected values are the reference's on dense copies with every out-of-range index replaced by -1.
@@ -67,8 +68,10 @@ def draw_rows(draw: st.DrawFn, num_slots: int, checks: bool, idx_dtype: torch.dt
         else:
             idx.append(-1)
     lens = [draw(st.integers(0, L)) for _ in range(num_rows)]
-    extra = 0 if checks else draw(st.integers(0, 2))  # tokens past cu_seqlens[-1] (checks off only)
-    return idx, lens, sum(lens) + extra
+    # Checks off only: tokens past cu_seqlens[-1] (extra > 0: zero outputs) or fewer tokens than cu_seqlens claims
+    # (extra < 0: rows are clamped to the T tokens, nothing outside x or out is touched).
+    extra = 0 if checks else draw(st.integers(-2, 2))
+    return idx, lens, max(0, sum(lens) + extra)
 
 
 def index_view(draw: st.DrawFn, values: list[int], dtype: torch.dtype, name: str) -> Placed:
@@ -144,12 +147,12 @@ def test_gated_delta_rule_any_layout_and_slot(backend, checks, data):
 
     # The reference on dense copies, out-of-range indices as padding.
     want_pool, want_rec = pool.clone(), GDNRecords(*(t.clone() for t in rec.tensors()))
-    with value_checks(num_tokens == cu[-1]):  # tokens past cu[-1] pass only with checks off
+    with value_checks(num_tokens == cu[-1]):  # a mismatch passes only with checks off
         want_o = verify_gated_delta_rule(
             q, k, v, g, beta, cu_seqlens=torch.tensor(cu), state_pool=want_pool, state_indices=slots,
             records=want_rec, pending=torch.tensor(pending, dtype=torch.int32), backend="reference",
         )  # fmt: skip
-    assert not bool(want_o[cu[-1] :].any()), "the reference left uncovered rows non-zero"
+    assert not bool(want_o[min(cu[-1], num_tokens) :].any()), "the reference left uncovered rows non-zero"
 
     inputs = {
         name: place(t, draw_layout(draw, t.dim()), name)
@@ -237,13 +240,13 @@ def test_causal_conv1d_any_layout_and_slot(backend, checks, data):
 
     want_pool = pool.clone()
     want_rec = ConvRecords(rec.x.clone(), rec.num_recorded.clone(), width)
-    with value_checks(num_tokens == cu[-1]):
+    with value_checks(num_tokens == cu[-1]):  # a mismatch passes only with checks off
         want_y = verify_causal_conv1d(
             x, weight, bias, cu_seqlens=torch.tensor(cu), conv_state_pool=want_pool, state_indices=slots,
             records=want_rec, pending=torch.tensor(pending, dtype=torch.int32), activation=activation,
             backend="reference",
         )  # fmt: skip
-    assert not bool(want_y[cu[-1] :].any()), "the reference left uncovered rows non-zero"
+    assert not bool(want_y[min(cu[-1], num_tokens) :].any()), "the reference left uncovered rows non-zero"
 
     x_p = place(x, draw_layout(draw, 2), "x")
     w_p = place(weight, draw_layout(draw, 2), "weight")

@@ -227,15 +227,18 @@ private:
         }
     }
 
+    // cu_seqlens[i] clamped into [0, T] (value checks off): no row reads x or writes y outside their T rows.
+    __aicore__ inline int64_t Token(int64_t i) const { return Max64(0, Min64(cu_.GetValue(i), t_.numTokens)); }
+
     // A state index outside [0, S) is a padding row (value checks off): nothing of any slot is read or written.
     __aicore__ inline bool OwnsSlot(int64_t raw) const { return raw >= 0 && raw < t_.numSlots; }
 
     __aicore__ inline void VerifyUnit(int64_t row, int64_t c0, int64_t ct) {
-        const int64_t bos = cu_.GetValue(row);
-        const int64_t n = cu_.GetValue(row + 1) - bos;
+        const int64_t bos = Token(row);
+        const int64_t n = Token(row + 1) - bos;
         // Outputs are complete: the first row's units zero the tokens before cu[0], the last row's those from cu[B].
-        if (row == 0) ZeroY(0, Min64(bos, t_.numTokens), c0, ct);
-        if (row == t_.numRows - 1) ZeroY(Max64(cu_.GetValue(row + 1), 0), t_.numTokens, c0, ct);
+        if (row == 0) ZeroY(0, bos, c0, ct);
+        if (row == t_.numRows - 1) ZeroY(Token(row + 1), t_.numTokens, c0, ct);
         if (n <= 0) return;
         const int64_t raw = idx_.GetValue(row);
         const int64_t tt = t_.tileT;
@@ -337,7 +340,7 @@ public:
             const int64_t m = Min64(kRows, end - lo);
             for (int64_t i = 0; i < m; ++i) {  // one 32-byte block per row: DataCopyPad needs aligned UB sources
                 int64_t v = 0;
-                if (t_.mode == kModeVerify) v = Min64(cu_.GetValue(lo + i + 1) - cu_.GetValue(lo + i), t_.maxTokens);
+                if (t_.mode == kModeVerify) v = Min64(Token(lo + i + 1) - Token(lo + i), t_.maxTokens);
                 tile.SetValue(static_cast<uint32_t>(i * 8), static_cast<int32_t>(v));
             }
             Sync<AscendC::HardEvent::S_MTE3>();
@@ -363,6 +366,9 @@ public:
     }
 
 private:
+    // cu_seqlens[i] clamped into [0, T], as the main kernel reads it.
+    __aicore__ inline int64_t Token(int64_t i) const { return Max64(0, Min64(cu_.GetValue(i), t_.numTokens)); }
+
     static constexpr int64_t kRows = 256;
     VerifyConv1dTiling t_;
     AscendC::GlobalTensor<int32_t> numRecorded_, cu_, idx_, pending_;

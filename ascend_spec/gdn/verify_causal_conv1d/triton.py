@@ -189,6 +189,7 @@ def _verify_kernel(
     C,
     L,
     S,
+    T,
     sx_t,
     sx_c,
     sw_c,
@@ -212,8 +213,9 @@ def _verify_kernel(
     b = tl.program_id(0)
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = offs_c < C
-    bos = tl.load(cu_ptr + b * s_cu).to(tl.int64)
-    n = tl.load(cu_ptr + (b + 1) * s_cu).to(tl.int64) - bos
+    # cu_seqlens entries clamped into [0, T] (checks off): no row reads x or writes y outside their T rows.
+    bos = tl.minimum(tl.maximum(tl.load(cu_ptr + b * s_cu).to(tl.int64), 0), T)
+    n = tl.minimum(tl.maximum(tl.load(cu_ptr + (b + 1) * s_cu).to(tl.int64), 0), T) - bos
     raw = tl.load(idx_ptr + b * s_idx).to(tl.int64)
     valid = (raw >= 0) & (raw < S)  # out of range (checks off): a padding row, nothing read or written
     slot = tl.where(valid, raw, 0)
@@ -303,6 +305,7 @@ def _counts_kernel(
     B,
     L,
     S,
+    T,
     s_cu,
     s_idx,
     s_pend,
@@ -317,9 +320,8 @@ def _counts_kernel(
     valid = m & (raw >= 0) & (raw < S)
     slot = tl.where(valid, raw, 0)
     if MODE == 0:
-        n = tl.load(cu_ptr + (offs + 1) * s_cu, mask=m, other=0) - tl.load(
-            cu_ptr + offs * s_cu, mask=m, other=0
-        )
+        eos = tl.minimum(tl.maximum(tl.load(cu_ptr + (offs + 1) * s_cu, mask=m, other=0).to(tl.int64), 0), T)
+        n = eos - tl.minimum(tl.maximum(tl.load(cu_ptr + offs * s_cu, mask=m, other=0).to(tl.int64), 0), T)
         tl.store(nrec_ptr + slot, tl.minimum(n, L).to(tl.int32), mask=valid & (n > 0))
     else:
         tl.store(nrec_ptr + slot, tl.zeros((BLOCK_B,), dtype=tl.int32), mask=valid)
@@ -361,14 +363,14 @@ def _verify(args: CausalConv1dArgs, y: torch.Tensor) -> None:
     grid = (nrows, triton.cdiv(channels, _BLOCK_C))
     _verify_kernel[grid](
         x, weight, bias if bias is not None else weight, y, pool, rec, records.num_recorded,
-        cu_seqlens, state_indices, pending, channels, rec.shape[1], pool.shape[0],
+        cu_seqlens, state_indices, pending, channels, rec.shape[1], pool.shape[0], x.shape[0],
         x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
         pool.stride(0), pool.stride(1), pool.stride(2), rec.stride(0), rec.stride(1),
         bias.stride(0) if bias is not None else 0, cu_seqlens.stride(0), state_indices.stride(0), pending.stride(0),
         W=width, BLOCK_K=block_k, BLOCK_T=block_t, BLOCK_C=_BLOCK_C, HAS_BIAS=bias is not None, SILU=args.silu,
     )  # fmt: skip
     _counts_kernel[(triton.cdiv(nrows, _BLOCK_B),)](
-        cu_seqlens, state_indices, records.num_recorded, pending, nrows, rec.shape[1], pool.shape[0],
+        cu_seqlens, state_indices, records.num_recorded, pending, nrows, rec.shape[1], pool.shape[0], x.shape[0],
         cu_seqlens.stride(0), state_indices.stride(0), pending.stride(0),
         MODE=int(KernelMode.VERIFY), BLOCK_B=_BLOCK_B,
     )  # fmt: skip
@@ -394,7 +396,7 @@ def _flush(args: CausalConv1dArgs) -> None:
         W=wm1 + 1, BLOCK_K=block_k, BLOCK_C=_BLOCK_C,
     )  # fmt: skip
     _counts_kernel[(triton.cdiv(nrows, _BLOCK_B),)](
-        state_indices, state_indices, records.num_recorded, pending, nrows, rec.shape[1], pool.shape[0],
+        state_indices, state_indices, records.num_recorded, pending, nrows, rec.shape[1], pool.shape[0], 0,
         0, state_indices.stride(0), pending.stride(0),
         MODE=int(args.mode), BLOCK_B=_BLOCK_B,
     )  # fmt: skip

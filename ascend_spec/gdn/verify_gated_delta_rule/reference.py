@@ -65,7 +65,7 @@ def _verify(args: GatedDeltaRuleArgs, o: torch.Tensor) -> None:
     num_v_heads, dv = v.shape[1:]
     group = num_v_heads // num_heads
     o.zero_()
-    cu = cu_seqlens.long()
+    cu = cu_seqlens.long().clamp(0, num_tokens)  # checks off: rows never reach outside the T tokens
     lens = cu[1:] - cu[:-1]
     valid, slot_all = owned_slots(state_indices, pool.shape[0])  # out of range (checks off): padding
     rows = (valid & (lens > 0)).nonzero().squeeze(1)

@@ -66,7 +66,7 @@ def _verify_kernel(
     cu_seqlens, state_indices, pending,
     pool, pool_stride,
     rec_k, rec_g, rec_u, rec_bank, rec_nrec,
-    scale, S,
+    scale, S, T,
     sq_t, sq_h, sq_d, sk_t, sk_h, sk_d, sv_t, sv_h, sv_d, sg_t, sg_h, sb_t, sb_h, s_cu, s_idx, s_pend,
     H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, L: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr, HAS_TOKENS: tl.constexpr,
@@ -80,8 +80,9 @@ def _verify_kernel(
     valid = (slot >= 0) & (slot < S)  # out of range (checks off): a padding row, nothing read or written
     slot = tl.where(valid, slot, 0)
     if HAS_TOKENS:
-        bos = tl.load(cu_seqlens + i_b * s_cu).to(tl.int64)
-        n_new = tl.load(cu_seqlens + (i_b + 1) * s_cu).to(tl.int64) - bos
+        # cu_seqlens entries clamped into [0, T] (checks off): no row reads or writes outside the T tokens.
+        bos = tl.minimum(tl.maximum(tl.load(cu_seqlens + i_b * s_cu).to(tl.int64), 0), T)
+        n_new = tl.minimum(tl.maximum(tl.load(cu_seqlens + (i_b + 1) * s_cu).to(tl.int64), 0), T) - bos
         active = valid & (n_new > 0)
     else:
         active = valid
@@ -137,14 +138,24 @@ def _verify_kernel(
 
 @triton.jit
 def _meta_kernel(
-    cu_seqlens, state_indices, rec_bank, rec_nrec, S, s_cu, s_idx, L: tl.constexpr, HAS_TOKENS: tl.constexpr
+    cu_seqlens,
+    state_indices,
+    rec_bank,
+    rec_nrec,
+    S,
+    T,
+    s_cu,
+    s_idx,
+    L: tl.constexpr,
+    HAS_TOKENS: tl.constexpr,
 ):
     i_b = tl.program_id(0)
     slot = tl.load(state_indices + i_b * s_idx).to(tl.int64)
     valid = (slot >= 0) & (slot < S)
     slot = tl.where(valid, slot, 0)
     if HAS_TOKENS:
-        n_new = tl.load(cu_seqlens + (i_b + 1) * s_cu) - tl.load(cu_seqlens + i_b * s_cu)
+        eos = tl.minimum(tl.maximum(tl.load(cu_seqlens + (i_b + 1) * s_cu).to(tl.int64), 0), T)
+        n_new = eos - tl.minimum(tl.maximum(tl.load(cu_seqlens + i_b * s_cu).to(tl.int64), 0), T)
         active = valid & (n_new > 0)
         bank = tl.load(rec_bank + slot)
         tl.store(rec_bank + slot, 1 - bank, mask=active)
@@ -166,6 +177,7 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
     num_rows = state_indices.shape[0]
     num_slots, hv, dk, dv = pool.shape
     has_tokens = args.mode == KernelMode.VERIFY
+    num_tokens = 0 if args.q is None else args.q.shape[0]
     if has_tokens:
         assert out is not None and args.q is not None and args.cu_seqlens is not None
         q, k, v, g, beta = args.q, args.k, args.v, args.g, args.beta
@@ -189,12 +201,13 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
         cu, state_indices, pending,
         pool, pool.stride(0),
         records.k, records.g, records.u, records.bank, records.num_recorded,
-        args.scale, num_slots, *strides, state_indices.stride(0), pending.stride(0),
+        args.scale, num_slots, num_tokens, *strides, state_indices.stride(0), pending.stride(0),
         H=records.num_k_heads, HV=hv, DK=dk, DV=dv, L=cap,
         BK=triton.next_power_of_2(dk), BV=bv, USE_L2NORM=args.use_qk_l2norm, HAS_TOKENS=has_tokens,
         num_warps=4,
     )  # fmt: skip
     _meta_kernel[(num_rows,)](
-        cu, state_indices, records.bank, records.num_recorded, num_slots, strides[-1], state_indices.stride(0),
+        cu, state_indices, records.bank, records.num_recorded, num_slots, num_tokens, strides[-1],
+        state_indices.stride(0),
         L=cap, HAS_TOKENS=has_tokens,
     )  # fmt: skip
