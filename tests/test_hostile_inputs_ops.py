@@ -76,6 +76,14 @@ def test_verify_budget_any_layout_and_capacity(backend, checks, cap_dtype, mode,
     max_budget = draw(st.integers(0, b * k + 2))
     budget_value = draw(st.integers(0, max_budget))
     budget = torch.tensor(budget_value, dtype=cap_dtype) if draw(st.booleans()) else budget_value
+    if mode == "wild" and not checks and isinstance(budget, torch.Tensor) and draw(st.booleans()):
+        raw = draw(
+            st.sampled_from(
+                [-3, max_budget + 4] + ([2**31 + 3, -(2**40)] if cap_dtype == torch.int64 else [])
+            )
+        )
+        budget = torch.tensor(raw, dtype=cap_dtype)  # a device budget out of [0, max_budget]: clamped
+        budget_value = min(max(raw, 0), max_budget)
 
     clean = None if caps is None else torch.tensor(caps, dtype=torch.int64).clamp(0, k)
     with value_checks(True):
