@@ -181,6 +181,10 @@ at::Tensor npu_verify_gated_delta_rule(const at::Tensor &q, const at::Tensor &k,
                                        at::Tensor &state_pool, at::Tensor &rec_k, at::Tensor &rec_g,
                                        at::Tensor &rec_u, at::Tensor &bank, at::Tensor &num_recorded, double scale,
                                        bool use_qk_l2norm) {
+    TORCH_CHECK(cu_seqlens.scalar_type() == at::kInt && state_indices.scalar_type() == at::kInt &&
+                    pending.scalar_type() == at::kInt && cu_seqlens.is_contiguous() &&
+                    state_indices.is_contiguous() && pending.is_contiguous(),
+                "cu_seqlens, state_indices and pending must be contiguous int32 for the NPU kernel");
     at::Tensor o = EmptyLike(v);
     if (state_indices.size(0) == 0) return o.zero_();  // no row covers any token
     if (q.size(0) == 0) return o;
