@@ -137,6 +137,11 @@ def _require_runnable(backend: str, device: torch.device, *, op: str) -> None:
     where = f"{op}: backend {backend!r} on {device.type} tensors"
     if backend == "reference":
         return
+    if device.type == "meta":
+        raise BackendUnavailableError(
+            f"{where}: meta tensors hold no data for a kernel to run on; use backend='reference' (or 'auto') "
+            "to trace shapes, or the AscendC op's Meta implementation (torch.ops._C_ascend_spec) under graph capture"
+        )
     if backend == "triton":
         if not triton_importable():
             raise BackendUnavailableError(f"{where} needs the 'triton' package (pip install triton)")

@@ -181,8 +181,13 @@ at::Tensor npu_verify_gated_delta_rule(const at::Tensor &q, const at::Tensor &k,
                                        at::Tensor &state_pool, at::Tensor &rec_k, at::Tensor &rec_g,
                                        at::Tensor &rec_u, at::Tensor &bank, at::Tensor &num_recorded, double scale,
                                        bool use_qk_l2norm) {
+    TORCH_CHECK(cu_seqlens.scalar_type() == at::kInt && state_indices.scalar_type() == at::kInt &&
+                    pending.scalar_type() == at::kInt && cu_seqlens.is_contiguous() &&
+                    state_indices.is_contiguous() && pending.is_contiguous(),
+                "cu_seqlens, state_indices and pending must be contiguous int32 for the NPU kernel");
     at::Tensor o = EmptyLike(v);
-    if (state_indices.size(0) == 0 || q.size(0) == 0) return o;
+    if (state_indices.size(0) == 0) return o.zero_();  // no row covers any token
+    if (q.size(0) == 0) return o;
     VerifyGatedDeltaRuleArgs a =
         GdnStateArgs(state_indices, pending, state_pool, rec_k, rec_g, rec_u, bank, num_recorded, kModeVerify);
     a.q = q.data_ptr();
@@ -238,9 +243,12 @@ at::Tensor npu_verify_causal_conv1d(const at::Tensor &x, const at::Tensor &weigh
                                     at::Tensor &conv_state_pool, const at::Tensor &state_indices, at::Tensor &rec_x,
                                     at::Tensor &num_recorded, const at::Tensor &pending, bool silu) {
     TORCH_CHECK(conv_state_pool.is_contiguous(), "conv_state_pool must be contiguous for the NPU kernel");
+    TORCH_CHECK(cu_seqlens.scalar_type() == at::kInt && state_indices.scalar_type() == at::kInt &&
+                    cu_seqlens.is_contiguous() && state_indices.is_contiguous(),
+                "cu_seqlens and state_indices must be contiguous int32 for the NPU kernel");
     at::Tensor xc = x.contiguous();
     at::Tensor y = EmptyLike(xc);
-    if (state_indices.size(0) == 0) return y;
+    if (state_indices.size(0) == 0) return y.zero_();  // no row covers any token
     VerifyCausalConv1dArgs a = ConvStateArgs(conv_state_pool, state_indices, rec_x, num_recorded, pending, kModeVerify);
     a.x = xc.data_ptr();
     a.weightT = weight_t.data_ptr();
@@ -248,6 +256,7 @@ at::Tensor npu_verify_causal_conv1d(const at::Tensor &x, const at::Tensor &weigh
     a.y = y.data_ptr();
     a.cu = cu_seqlens.data_ptr();
     a.xType = DtypeCode(xc, "x");
+    a.numTokens = xc.size(0);
     a.hasBias = bias.has_value();
     a.silu = silu;
     const uint32_t cores = VectorCoreNum();

@@ -94,6 +94,8 @@ SPECIALISATIONS: dict[str, dict[str, set[str]]] = {
         "cu_seqlens": INDICES,
         "state_indices": INDICES,
     },
+    # Zeroes the GDN (o, v's dtype) and conv (y, x's dtype) output rows no request covers.
+    "ascend_spec.gdn.triton:_zero_uncovered_kernel": {"out_ptr": FLOATS, "cu_ptr": INDICES},
 }
 
 

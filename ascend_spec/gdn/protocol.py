@@ -82,6 +82,15 @@ def check_row_values(
     check_pending_recorded(state_indices, pending, num_recorded, rows)
 
 
+def owned_slots(state_indices: torch.Tensor, num_slots: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(valid [B] bool, slot [B] int64)``: rows whose index is a slot in ``[0, S)``, and each row's slot with 0
+    elsewhere (safe to gather with). With value checks off an index outside ``[-1, S)`` is a padding row on every
+    backend: nothing is read or written for it and its outputs are zeros (no sync: device ops only)."""
+    slot = state_indices.long()
+    valid = (slot >= 0) & (slot < num_slots)
+    return valid, torch.where(valid, slot, torch.zeros((), dtype=torch.long, device=slot.device))
+
+
 def check_reset_pending(reset_pending: object) -> None:
     """The flushes' ``reset_pending`` flag must be a real bool (a tensor or int would be a caller bug)."""
     if not isinstance(reset_pending, bool):

@@ -35,8 +35,8 @@ public:
         wm1_ = w - 1;
         tc_ = t_.tileC;
         if (t_.mode == kModeVerify) {
-            x_.SetGlobalBuffer((__gm__ TX *)x);  // T rows: bounded by cu_seqlens (checked on the host)
-            y_.SetGlobalBuffer((__gm__ TX *)y);
+            x_.SetGlobalBuffer((__gm__ TX *)x, t_.numTokens * c);
+            y_.SetGlobalBuffer((__gm__ TX *)y, t_.numTokens * c);
             weightT_.SetGlobalBuffer((__gm__ float *)weightT, w * c);
             if (t_.hasBias) bias_.SetGlobalBuffer((__gm__ float *)bias, c);
             cu_.SetGlobalBuffer((__gm__ int32_t *)cuSeqlens, b + 1);
@@ -216,18 +216,34 @@ private:
         }
     }
 
+    // Output rows [tok0, tok1) of this channel slice <- zeros (padding rows, tokens no row covers).
+    __aicore__ inline void ZeroY(int64_t tok0, int64_t tok1, int64_t c0, int64_t ct) {
+        const int64_t tt = t_.tileT;
+        if (tok1 <= tok0) return;
+        AscendC::Duplicate(yF_, 0.0f, static_cast<int32_t>(tt * tc_));
+        for (int64_t t0 = tok0; t0 < tok1; t0 += tt) {
+            StoreY(t0, Min64(tt, tok1 - t0), c0, ct);
+            Drain();
+        }
+    }
+
+    // cu_seqlens[i] clamped into [0, T] (value checks off): no row reads x or writes y outside their T rows.
+    __aicore__ inline int64_t Token(int64_t i) const { return Max64(0, Min64(cu_.GetValue(i), t_.numTokens)); }
+
+    // A state index outside [0, S) is a padding row (value checks off): nothing of any slot is read or written.
+    __aicore__ inline bool OwnsSlot(int64_t raw) const { return raw >= 0 && raw < t_.numSlots; }
+
     __aicore__ inline void VerifyUnit(int64_t row, int64_t c0, int64_t ct) {
-        const int64_t bos = cu_.GetValue(row);
-        const int64_t n = cu_.GetValue(row + 1) - bos;
+        const int64_t bos = Token(row);
+        const int64_t n = Token(row + 1) - bos;
+        // Outputs are complete: the first row's units zero the tokens before cu[0], the last row's those from cu[B].
+        if (row == 0) ZeroY(0, bos, c0, ct);
+        if (row == t_.numRows - 1) ZeroY(Token(row + 1), t_.numTokens, c0, ct);
         if (n <= 0) return;
         const int64_t raw = idx_.GetValue(row);
         const int64_t tt = t_.tileT;
-        if (raw < 0) {  // graph padding row: zeros out, no state, no records
-            AscendC::Duplicate(yF_, 0.0f, static_cast<int32_t>(tt * tc_));
-            for (int64_t t0 = 0; t0 < n; t0 += tt) {
-                StoreY(bos + t0, Min64(tt, n - t0), c0, ct);
-                Drain();
-            }
+        if (!OwnsSlot(raw)) {  // graph padding row: zeros out, no state, no records
+            ZeroY(bos, bos + n, c0, ct);
             return;
         }
         const int64_t slot = raw;
@@ -280,7 +296,7 @@ private:
 
     __aicore__ inline void FlushUnit(int64_t row, int64_t c0, int64_t ct) {
         const int64_t raw = idx_.GetValue(row);
-        if (raw < 0) return;
+        if (!OwnsSlot(raw)) return;
         const int64_t p = Pending(row, raw);
         if (p == 0) return;
         Committed(raw, p, c0, ct);
@@ -324,13 +340,13 @@ public:
             const int64_t m = Min64(kRows, end - lo);
             for (int64_t i = 0; i < m; ++i) {  // one 32-byte block per row: DataCopyPad needs aligned UB sources
                 int64_t v = 0;
-                if (t_.mode == kModeVerify) v = Min64(cu_.GetValue(lo + i + 1) - cu_.GetValue(lo + i), t_.maxTokens);
+                if (t_.mode == kModeVerify) v = Min64(Token(lo + i + 1) - Token(lo + i), t_.maxTokens);
                 tile.SetValue(static_cast<uint32_t>(i * 8), static_cast<int32_t>(v));
             }
             Sync<AscendC::HardEvent::S_MTE3>();
             for (int64_t i = 0; i < m; ++i) {
                 const int64_t slot = idx_.GetValue(lo + i);
-                if (slot < 0) continue;
+                if (slot < 0 || slot >= t_.numSlots) continue;  // padding, or out of range with checks off
                 if (t_.mode == kModeVerify && tile.GetValue(static_cast<uint32_t>(i * 8)) <= 0) continue;
                 AscendC::DataCopyExtParams one{1, 4, 0, 0, 0};
                 AscendC::DataCopyPad(numRecorded_[static_cast<uint64_t>(slot)], tile[static_cast<uint32_t>(i * 8)], one);
@@ -350,6 +366,9 @@ public:
     }
 
 private:
+    // cu_seqlens[i] clamped into [0, T], as the main kernel reads it.
+    __aicore__ inline int64_t Token(int64_t i) const { return Max64(0, Min64(cu_.GetValue(i), t_.numTokens)); }
+
     static constexpr int64_t kRows = 256;
     VerifyConv1dTiling t_;
     AscendC::GlobalTensor<int32_t> numRecorded_, cu_, idx_, pending_;

@@ -23,6 +23,7 @@ struct VerifyCausalConv1dArgs {
     int64_t recType;
     int64_t poolType;
     int64_t numRows;      // B
+    int64_t numTokens;    // T: rows of x and y (0 in the flush modes)
     int64_t channels;     // C
     int64_t width;        // W
     int64_t maxTokens;    // L
@@ -35,6 +36,7 @@ struct VerifyCausalConv1dArgs {
 
 struct VerifyConv1dTiling {
     int64_t numRows;      // B: rows of this call (state_indices entries)
+    int64_t numTokens;    // T: rows of y; those outside [cu[0], cu[B]) are zeroed (outputs always complete)
     int64_t channels;     // C
     int64_t width;        // W (state holds W-1 inputs per channel)
     int64_t maxTokens;    // L: record capacity per slot
@@ -77,6 +79,7 @@ inline VerifyConv1dTiling ComputeVerifyConv1dTiling(const VerifyCausalConv1dArgs
     VerifyConv1dTiling t{};
     const int64_t numRows = a.numRows, channels = a.channels, width = a.width, ubBytes = a.ubBytes;
     t.numRows = numRows;
+    t.numTokens = a.numTokens;
     t.channels = channels;
     t.width = width;
     t.maxTokens = a.maxTokens;

@@ -95,14 +95,21 @@ public:
     }
 
 private:
+    // cu_seqlens[i] clamped into [0, T] (value checks off): no row reads or writes outside the T tokens.
+    __aicore__ inline int64_t Token(int64_t i) const { return Max64(0, Min64(cu_.GetValue(i), t_.numTokens)); }
+
     __aicore__ inline void Unit(int64_t row, int64_t hv, int64_t v0, int64_t tv, bool firstTile) {
         const int64_t raw = idx_.GetValue(row);
-        const bool valid = raw >= 0;
+        const bool valid = raw >= 0 && raw < t_.numSlots;  // out of range (checks off): a padding row
         const int64_t slot = valid ? raw : 0;
         int64_t bos = 0, n = 0;
         if (t_.mode == kModeVerify) {
-            bos = cu_.GetValue(row);
-            n = cu_.GetValue(row + 1) - bos;
+            bos = Token(row);
+            n = Token(row + 1) - bos;
+            // Outputs are complete: the first row's units zero the tokens before cu[0], the last row's those
+            // from cu[B] on (value checks off), each its own (value head, value tile) slice.
+            if (row == 0) ZeroRange(0, bos, hv, v0, tv);
+            if (row == t_.numRows - 1) ZeroRange(Token(row + 1), t_.numTokens, hv, v0, tv);
         }
         if (!valid) {  // graph padding: zero outputs, no state, record or metadata access
             for (int64_t c0 = 0; c0 < n; c0 += t_.tileT) ZeroOutputs(bos + c0, Min64(t_.tileT, n - c0), hv, v0, tv);
@@ -280,6 +287,10 @@ private:
         }
     }
 
+    __aicore__ inline void ZeroRange(int64_t tok0, int64_t tok1, int64_t hv, int64_t v0, int64_t tv) {
+        for (int64_t c0 = tok0; c0 < tok1; c0 += t_.tileT) ZeroOutputs(c0, Min64(t_.tileT, tok1 - c0), hv, v0, tv);
+    }
+
     __aicore__ inline void ZeroOutputs(int64_t tok, int64_t m, int64_t hv, int64_t v0, int64_t tv) {
         Sync<AscendC::HardEvent::MTE3_V>();  // an earlier store may still read oF/oRaw
         AscendC::Duplicate(oF_, 0.0f, static_cast<int32_t>(m * t_.tileV));
@@ -321,16 +332,16 @@ public:
             for (int64_t i = 0; i < m; ++i) {
                 const int64_t slot = idx_.GetValue(lo + i);
                 int64_t len = 0;
-                if (t_.mode == kModeVerify) len = cu_.GetValue(lo + i + 1) - cu_.GetValue(lo + i);
+                if (t_.mode == kModeVerify) len = Token(lo + i + 1) - Token(lo + i);
                 counts.SetValue(static_cast<uint32_t>(i * 8), static_cast<int32_t>(Min64(len, t_.maxTokens)));
-                if (slot >= 0 && t_.mode == kModeVerify && len > 0) {
+                if (slot >= 0 && slot < t_.numSlots && t_.mode == kModeVerify && len > 0) {
                     banks.SetValue(static_cast<uint32_t>(i * 8), 1 - bank_.GetValue(slot));
                 }
             }
             Sync<AscendC::HardEvent::S_MTE3>();
             for (int64_t i = 0; i < m; ++i) {
                 const int64_t slot = idx_.GetValue(lo + i);
-                if (slot < 0) continue;
+                if (slot < 0 || slot >= t_.numSlots) continue;  // padding, or out of range with checks off
                 if (t_.mode == kModeVerify) {
                     if (counts.GetValue(static_cast<uint32_t>(i * 8)) <= 0) continue;
                     AscendC::DataCopyPad(bank_[static_cast<uint64_t>(slot)], banks[static_cast<uint32_t>(i * 8)], one);
@@ -343,6 +354,9 @@ public:
     }
 
 private:
+    // cu_seqlens[i] clamped into [0, T], as the main kernel reads it.
+    __aicore__ inline int64_t Token(int64_t i) const { return Max64(0, Min64(cu_.GetValue(i), t_.numTokens)); }
+
     static constexpr int64_t kRows = 256;
     VerifyGdnTiling t_;
     AscendC::GlobalTensor<int32_t> cu_, idx_, bank_, numRecorded_;

@@ -161,10 +161,15 @@ def _check_records(records: object, pool: torch.Tensor) -> ConvRecords:
     if records.x.device != pool.device:
         raise ValueError(f"records are on {records.x.device} but conv_state_pool is on {pool.device}")
     nrec = records.num_recorded
-    if not records.x.is_contiguous() or nrec.dtype != torch.int32 or tuple(nrec.shape) != (num_slots,):
+    if (
+        not records.x.is_contiguous()
+        or not nrec.is_contiguous()
+        or nrec.dtype != torch.int32
+        or tuple(nrec.shape) != (num_slots,)
+    ):
         raise ValueError(
-            "records must come from allocate_conv_records (contiguous x, int32 num_recorded [S]); got x strides "
-            f"{records.x.stride()}, num_recorded {nrec.dtype} {list(nrec.shape)}"
+            "records must come from allocate_conv_records (contiguous x, contiguous int32 num_recorded [S]); got "
+            f"x strides {records.x.stride()}, num_recorded {nrec.dtype} {list(nrec.shape)} strides {nrec.stride()}"
         )
     return records
 

@@ -2,7 +2,8 @@
 under the host model on CPU tensors.
 
 Kernel: ``csrc/kernels/verify_causal_conv1d.cpp`` (main kernel over (channel tile, row) units, then a one-block
-kernel that updates ``num_recorded`` / zeroes ``pending``), arguments ``VerifyCausalConv1dArgs``
+kernel that updates ``num_recorded`` / zeroes ``pending``; state indices outside ``[0, S)`` are padding rows, output
+rows outside ``[cu[0], cu[B])`` are zeroed), arguments ``VerifyCausalConv1dArgs``
 (``verify_causal_conv1d_tiling.h``, mirrored by :data:`KernelArgs`; ``mode`` is a :class:`KernelMode`). The kernel
 takes the weight as fp32 ``[W, C]`` (rows of channels, as the vector unit consumes them) and the bias as fp32; the
 runner converts them (C x W floats). NPU binding: ``torch.ops._C_ascend_spec.npu_verify_causal_conv1d`` (its ``y``
@@ -23,7 +24,7 @@ from ascend_spec.gdn.verify_causal_conv1d import CausalConv1dArgs
 KERNEL = "verify_causal_conv1d"
 _POINTERS = ("x", "weightT", "bias", "y", "pool", "rec", "numRecorded", "cu", "idx", "pending")
 _INTS = (
-    "xType", "recType", "poolType", "numRows", "channels", "width", "maxTokens", "numSlots", "hasBias", "silu",
+    "xType", "recType", "poolType", "numRows", "numTokens", "channels", "width", "maxTokens", "numSlots", "hasBias", "silu",
     "mode", "ubBytes",
 )  # fmt: skip
 KernelArgs = host_model.arguments_struct("VerifyCausalConv1dArgs", _POINTERS, _INTS)
@@ -34,6 +35,16 @@ SOC: str | None = None
 
 def _i32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int32).contiguous()
+
+
+def _slots_i32(state_indices: torch.Tensor, num_slots: int) -> torch.Tensor:
+    """int32 state indices with every index outside ``[0, S)`` as -1 (padding): an int64 index past int32 must not
+    wrap into a real slot (device ops only, no sync)."""
+    return (
+        torch.where((state_indices >= 0) & (state_indices < num_slots), state_indices, -1)
+        .to(torch.int32)
+        .contiguous()
+    )
 
 
 def tile_channels(
@@ -49,7 +60,8 @@ def tile_channels(
         DTYPE_CODES[rec_dtype],
         DTYPE_CODES[pool_dtype],
     )
-    args.numRows, args.channels, args.width, args.maxTokens, args.numSlots = 1, channels, width, 1, 1
+    args.numRows, args.numTokens, args.channels, args.width = 1, 1, channels, width
+    args.maxTokens, args.numSlots = 1, 1
     args.hasBias, args.silu, args.mode, args.ubBytes = 1, 1, KernelMode.VERIFY, spec.ub_bytes
     return int(fn(ctypes.c_uint32(spec.vector_cores), ctypes.byref(args)))
 
@@ -69,23 +81,28 @@ def verify_causal_conv1d(args: CausalConv1dArgs, out: torch.Tensor | None) -> No
         )
         weight_t = args.weight.t().to(torch.float32).contiguous()
         bias32 = None if args.bias is None else args.bias.to(torch.float32).contiguous()
+    # Row tensors (B entries) go to the kernel as contiguous int32 copies, whatever their dtype and strides:
+    # explicit and cheap, and the one layout the kernel reads.
+    idx = _slots_i32(state_indices, pool.shape[0])
+    cu = _i32(args.cu_seqlens) if verify else None
+    x = args.x.contiguous() if verify else None
     if pool.device.type == "npu":  # pragma: no cover - needs CANN and an NPU
         rec, nrec = records.x, records.num_recorded
-        if verify:
-            y = npu_op("npu_verify_causal_conv1d", KERNEL)(
-                args.x, weight_t, bias32, args.cu_seqlens, pool, state_indices, rec, nrec, pending, args.silu
-            )
-            out.copy_(y)
-        else:
-            reset = args.mode == KernelMode.FLUSH_AND_RESET
-            npu_op("npu_flush_conv_pending", KERNEL)(pool, state_indices, rec, nrec, pending, reset)
+        with host_model.written_in_place(pool) as work, host_model.written_in_place(pending) as pend:
+            if verify:
+                y = npu_op("npu_verify_causal_conv1d", KERNEL)(
+                    x, weight_t, bias32, cu, work, idx, rec, nrec, pend, args.silu
+                )
+                out.copy_(y)
+            else:
+                reset = args.mode == KernelMode.FLUSH_AND_RESET
+                npu_op("npu_flush_conv_pending", KERNEL)(work, idx, rec, nrec, pend, reset)
         return
-    if state_indices.shape[0] == 0:
+    if idx.shape[0] == 0:
+        if verify:
+            out.zero_()  # no row covers any token
         return
     spec = host_model.soc_spec(SOC)
-    x = args.x.contiguous() if verify else None
-    cu = _i32(args.cu_seqlens) if verify else None
-    idx = _i32(state_indices)
     rec = records.x
     ptr = host_model.tensor_ptr
     with host_model.written_in_place(pool) as work, host_model.written_in_place(pending) as pend:
@@ -94,7 +111,7 @@ def verify_causal_conv1d(args: CausalConv1dArgs, out: torch.Tensor | None) -> No
             ptr(x), ptr(weight_t if verify else None), ptr(bias32 if verify else None), ptr(y), ptr(work), ptr(rec),
             ptr(records.num_recorded), ptr(cu), ptr(idx), ptr(pend),
             DTYPE_CODES[x.dtype if x is not None else rec.dtype], DTYPE_CODES[rec.dtype], DTYPE_CODES[work.dtype],
-            idx.shape[0], work.shape[1], args.width, rec.shape[1], work.shape[0],
+            idx.shape[0], 0 if x is None else x.shape[0], work.shape[1], args.width, rec.shape[1], work.shape[0],
             verify and bias32 is not None, args.silu, int(args.mode), spec.ub_bytes,
         )  # fmt: skip
         tensors = [

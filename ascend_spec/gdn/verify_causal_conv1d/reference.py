@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.protocol import KernelMode, owned_slots
 from ascend_spec.gdn.verify_causal_conv1d import CausalConv1dArgs, ConvRecords
 
 # The reference's conv works in channel blocks whose fp32 working set stays about 2 MiB (cache-sized), at least
@@ -75,26 +75,32 @@ def _verify(
     device = x.device
     num_tokens, channels = x.shape
     wm1 = weight.shape[1] - 1
-    cu = cu_seqlens.long()
+    cu = cu_seqlens.long().clamp(0, num_tokens)  # checks off: rows never reach outside the T tokens
     lens = cu[1:] - cu[:-1]
-    slot = state_indices.long()
-    active = (slot >= 0) & (lens > 0)
-    committed = _committed_states(pool, slot.clamp(min=0), records, pending)  # [B, W-1, C] fp32
+    valid, slot = owned_slots(state_indices, pool.shape[0])
+    active = valid & (lens > 0)
+    committed = _committed_states(pool, slot, records, pending)  # [B, W-1, C] fp32
 
     # One depthwise conv over every row at once: row b's committed state (W-1 columns) then its tokens, rows back
     # to back, so each token's window spans only its own row; outputs whose window straddles two rows are dropped.
     tok = torch.arange(num_tokens, device=device)
-    row_of_token = torch.searchsorted(cu[1:], tok, right=True)  # no repeat_interleave (OpenMP on CPU)
+    # Tokens past cu_seqlens[-1] (checks off) get row B: a virtual padding row, so their outputs are zeros.
+    # searchsorted, not repeat_interleave (OpenMP on CPU)
+    row_of_token = torch.searchsorted(cu[1:].contiguous(), tok, right=True)
     local = tok - cu.index_select(0, row_of_token)
     num_rows = slot.shape[0]
     row_start = cu[:-1] + torch.arange(num_rows, device=device) * wm1  # where row b's state columns begin
     state_at = (row_start[:, None] + torch.arange(wm1, device=device)).reshape(-1)
-    token_at = tok + (row_of_token + 1) * wm1
-    keep = (slot.index_select(0, row_of_token) >= 0)[:, None]  # padding rows output zeros
+    before = tok < cu[0]  # checks off: tokens before the first row fill the free columns [0, cu[0])
+    token_at = torch.where(before, tok, tok + (row_of_token + 1) * wm1)
+    covered = torch.cat((valid, valid.new_zeros(1)))  # row B: tokens no row covers
+    keep = (covered.index_select(0, row_of_token) & ~before)[:, None]  # padding rows output zeros
+    active_of = torch.cat((active, active.new_zeros(1)))
+    slot_of = torch.cat((slot, slot.new_zeros(1)))
     w32 = weight.to(torch.float32).unsqueeze(1)
     b32 = None if bias is None else bias.to(torch.float32)
     # Channel blocks keep each block's working set cache-sized; a Python loop over blocks, never over tokens.
-    seq_len = num_tokens + num_rows * wm1
+    seq_len = num_tokens + (num_rows + 1) * wm1  # + the virtual row B
     block = max(_REFERENCE_MIN_CHANNEL_BLOCK, _REFERENCE_BLOCK_BYTES // (4 * max(seq_len, 1)))
     for c0 in range(0, channels if num_tokens else 0, block):
         c1 = min(c0 + block, channels)
@@ -103,7 +109,7 @@ def _verify(
         seq.index_copy_(0, token_at, x[:, c0:c1].to(torch.float32))
         bias_c = None if b32 is None else b32[c0:c1]
         conv = F.conv1d(seq.t().unsqueeze(0), w32[c0:c1], bias_c, groups=c1 - c0)
-        out = conv.squeeze(0).t().index_select(0, token_at - wm1)  # [T, block]
+        out = conv.squeeze(0).t().index_select(0, (token_at - wm1).clamp(min=0))  # [T, block]
         if silu:
             out = F.silu(out)
         y[:, c0:c1] = torch.where(keep, out, torch.zeros((), device=device))
@@ -113,8 +119,8 @@ def _verify(
     slots = slot.index_select(0, rows)
     pool.index_copy_(0, slots, committed.index_select(0, rows).transpose(1, 2).to(pool.dtype))
     cap = records.max_tokens_per_step  # checks off: nothing past the capacity is recorded (outputs complete)
-    toks = (active.index_select(0, row_of_token) & (local < cap)).nonzero().squeeze(1)
-    dest = slot.index_select(0, row_of_token.index_select(0, toks)) * records.max_tokens_per_step
+    toks = (active_of.index_select(0, row_of_token) & (local < cap) & (local >= 0)).nonzero().squeeze(1)
+    dest = slot_of.index_select(0, row_of_token.index_select(0, toks)) * records.max_tokens_per_step
     records.x.view(-1, channels).index_copy_(
         0, dest + local.index_select(0, toks), x.index_select(0, toks).to(records.x.dtype)
     )
@@ -128,9 +134,9 @@ def _flush(
     pending: torch.Tensor,
     reset_pending: bool,
 ) -> None:
-    slot = state_indices.long()
-    valid = (slot >= 0).nonzero().squeeze(1)
-    rows = ((slot >= 0) & (pending > 0)).nonzero().squeeze(1)
+    owned, slot = owned_slots(state_indices, pool.shape[0])
+    valid = owned.nonzero().squeeze(1)
+    rows = (owned & (pending > 0)).nonzero().squeeze(1)
     slots = slot.index_select(0, rows)
     committed = _committed_states(pool, slots, records, pending.index_select(0, rows))
     pool.index_copy_(0, slots, committed.transpose(1, 2).to(pool.dtype))

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.triton import zero_uncovered_rows
 from ascend_spec.gdn.verify_causal_conv1d import CausalConv1dArgs
 
 # [BLOCK_T, BLOCK_C] tiles of 8 x 64: Ascend's compiler keeps every tap's loads and pointers in UB (192 KiB);
@@ -112,6 +113,7 @@ def _emit(
     sx_c,
     sr_s,
     sr_t,
+    s_b,
     HAS_BIAS: tl.constexpr,
     SILU: tl.constexpr,
     BLOCK_T: tl.constexpr,
@@ -121,7 +123,7 @@ def _emit(
     tmask = t < n
     m2 = tmask[:, None] & cmask[None, :]
     if HAS_BIAS:
-        acc += tl.load(b_ptr + offs_c, mask=cmask, other=0.0).to(tl.float32)[None, :]
+        acc += tl.load(b_ptr + offs_c * s_b, mask=cmask, other=0.0).to(tl.float32)[None, :]
     if SILU:
         acc = acc / (1.0 + tl.exp(-acc))
     acc = tl.where(valid, acc, 0.0)
@@ -186,6 +188,8 @@ def _verify_kernel(
     pend_ptr,
     C,
     L,
+    S,
+    T,
     sx_t,
     sx_c,
     sw_c,
@@ -195,6 +199,10 @@ def _verify_kernel(
     sp_k,
     sr_s,
     sr_t,
+    s_b,
+    s_cu,
+    s_idx,
+    s_pend,
     W: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_T: tl.constexpr,
@@ -205,14 +213,15 @@ def _verify_kernel(
     b = tl.program_id(0)
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = offs_c < C
-    bos = tl.load(cu_ptr + b).to(tl.int64)
-    n = tl.load(cu_ptr + b + 1).to(tl.int64) - bos
-    raw = tl.load(idx_ptr + b)
-    valid = raw >= 0
-    slot = tl.maximum(raw, 0).to(tl.int64)
+    # cu_seqlens entries clamped into [0, T] (checks off): no row reads x or writes y outside their T rows.
+    bos = tl.minimum(tl.maximum(tl.load(cu_ptr + b * s_cu).to(tl.int64), 0), T)
+    n = tl.minimum(tl.maximum(tl.load(cu_ptr + (b + 1) * s_cu).to(tl.int64), 0), T) - bos
+    raw = tl.load(idx_ptr + b * s_idx).to(tl.int64)
+    valid = (raw >= 0) & (raw < S)  # out of range (checks off): a padding row, nothing read or written
+    slot = tl.where(valid, raw, 0)
     active = valid & (n > 0)
     nr = tl.load(nrec_ptr + slot, mask=valid, other=0)
-    p = tl.minimum(tl.maximum(tl.load(pend_ptr + b), 0), nr)
+    p = tl.minimum(tl.maximum(tl.load(pend_ptr + b * s_pend), 0), nr)
     p = tl.minimum(p, L).to(tl.int64)
 
     # Everything that reads the old state / old records of the slot, then the barrier, then the writes.
@@ -233,7 +242,7 @@ def _verify_kernel(
     )
     _emit(
         acc, x_ptr, b_ptr, y_ptr, rec_ptr, slot, bos, n, 0, L, C, offs_c, cmask, valid,
-        sx_t, sx_c, sr_s, sr_t, HAS_BIAS, SILU, BLOCK_T,
+        sx_t, sx_c, sr_s, sr_t, s_b, HAS_BIAS, SILU, BLOCK_T,
     )  # fmt: skip
     # Later chunks only see taps inside this call's tokens (BLOCK_T >= W-1): no old data is read any more.
     for t0 in range(BLOCK_T, n, BLOCK_T):
@@ -243,7 +252,7 @@ def _verify_kernel(
         )  # fmt: skip
         _emit(
             acc, x_ptr, b_ptr, y_ptr, rec_ptr, slot, bos, n, t0, L, C, offs_c, cmask, valid,
-            sx_t, sx_c, sr_s, sr_t, HAS_BIAS, SILU, BLOCK_T,
+            sx_t, sx_c, sr_s, sr_t, s_b, HAS_BIAS, SILU, BLOCK_T,
         )  # fmt: skip
 
 
@@ -256,11 +265,14 @@ def _flush_kernel(
     pend_ptr,
     C,
     L,
+    S,
     sp_s,
     sp_c,
     sp_k,
     sr_s,
     sr_t,
+    s_idx,
+    s_pend,
     W: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_C: tl.constexpr,
@@ -268,11 +280,11 @@ def _flush_kernel(
     b = tl.program_id(0)
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cmask = offs_c < C
-    raw = tl.load(idx_ptr + b)
-    valid = raw >= 0
-    slot = tl.maximum(raw, 0).to(tl.int64)
+    raw = tl.load(idx_ptr + b * s_idx).to(tl.int64)
+    valid = (raw >= 0) & (raw < S)
+    slot = tl.where(valid, raw, 0)
     nr = tl.load(nrec_ptr + slot, mask=valid, other=0)
-    p = tl.minimum(tl.minimum(tl.maximum(tl.load(pend_ptr + b), 0), nr), L).to(tl.int64)
+    p = tl.minimum(tl.minimum(tl.maximum(tl.load(pend_ptr + b * s_pend), 0), nr), L).to(tl.int64)
     act = valid & (p > 0)
     st = _committed(pool_ptr, rec_ptr, slot, p, offs_c, cmask, act, sp_s, sp_c, sp_k, sr_s, sr_t, W, BLOCK_K)
     tl.debug_barrier()
@@ -285,20 +297,36 @@ def _flush_kernel(
 
 
 @triton.jit
-def _counts_kernel(cu_ptr, idx_ptr, nrec_ptr, pend_ptr, B, L, MODE: tl.constexpr, BLOCK_B: tl.constexpr):
+def _counts_kernel(
+    cu_ptr,
+    idx_ptr,
+    nrec_ptr,
+    pend_ptr,
+    B,
+    L,
+    S,
+    T,
+    s_cu,
+    s_idx,
+    s_pend,
+    MODE: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
     """MODE = KernelMode: VERIFY (0) sets num_recorded[slot] = row length for active rows; FLUSH (1) and
     FLUSH_AND_RESET (2) set num_recorded[slot] = 0, and FLUSH_AND_RESET also zeroes pending."""
     offs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     m = offs < B
-    raw = tl.load(idx_ptr + offs, mask=m, other=-1)
-    slot = tl.maximum(raw, 0).to(tl.int64)
+    raw = tl.load(idx_ptr + offs * s_idx, mask=m, other=-1).to(tl.int64)
+    valid = m & (raw >= 0) & (raw < S)
+    slot = tl.where(valid, raw, 0)
     if MODE == 0:
-        n = tl.load(cu_ptr + offs + 1, mask=m, other=0) - tl.load(cu_ptr + offs, mask=m, other=0)
-        tl.store(nrec_ptr + slot, tl.minimum(n, L).to(tl.int32), mask=m & (raw >= 0) & (n > 0))
+        eos = tl.minimum(tl.maximum(tl.load(cu_ptr + (offs + 1) * s_cu, mask=m, other=0).to(tl.int64), 0), T)
+        n = eos - tl.minimum(tl.maximum(tl.load(cu_ptr + offs * s_cu, mask=m, other=0).to(tl.int64), 0), T)
+        tl.store(nrec_ptr + slot, tl.minimum(n, L).to(tl.int32), mask=valid & (n > 0))
     else:
-        tl.store(nrec_ptr + slot, tl.zeros((BLOCK_B,), dtype=tl.int32), mask=m & (raw >= 0))
+        tl.store(nrec_ptr + slot, tl.zeros((BLOCK_B,), dtype=tl.int32), mask=valid)
         if MODE == 2:
-            tl.store(pend_ptr + offs, tl.zeros((BLOCK_B,), dtype=tl.int32), mask=m)
+            tl.store(pend_ptr + offs * s_pend, tl.zeros((BLOCK_B,), dtype=tl.int32), mask=m)
 
 
 def _blocks(width: int) -> tuple[int, int]:
@@ -327,6 +355,7 @@ def _verify(args: CausalConv1dArgs, y: torch.Tensor) -> None:
     channels = x.shape[1]
     nrows = state_indices.shape[0]
     width = weight.shape[1]
+    zero_uncovered_rows(y, cu_seqlens)
     if nrows == 0:
         return
     rec = records.x
@@ -334,21 +363,17 @@ def _verify(args: CausalConv1dArgs, y: torch.Tensor) -> None:
     grid = (nrows, triton.cdiv(channels, _BLOCK_C))
     _verify_kernel[grid](
         x, weight, bias if bias is not None else weight, y, pool, rec, records.num_recorded,
-        cu_seqlens, state_indices, pending, channels, rec.shape[1],
+        cu_seqlens, state_indices, pending, channels, rec.shape[1], pool.shape[0], x.shape[0],
         x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
         pool.stride(0), pool.stride(1), pool.stride(2), rec.stride(0), rec.stride(1),
+        bias.stride(0) if bias is not None else 0, cu_seqlens.stride(0), state_indices.stride(0), pending.stride(0),
         W=width, BLOCK_K=block_k, BLOCK_T=block_t, BLOCK_C=_BLOCK_C, HAS_BIAS=bias is not None, SILU=args.silu,
     )  # fmt: skip
     _counts_kernel[(triton.cdiv(nrows, _BLOCK_B),)](
-        cu_seqlens,
-        state_indices,
-        records.num_recorded,
-        pending,
-        nrows,
-        rec.shape[1],
-        MODE=int(KernelMode.VERIFY),
-        BLOCK_B=_BLOCK_B,
-    )
+        cu_seqlens, state_indices, records.num_recorded, pending, nrows, rec.shape[1], pool.shape[0], x.shape[0],
+        cu_seqlens.stride(0), state_indices.stride(0), pending.stride(0),
+        MODE=int(KernelMode.VERIFY), BLOCK_B=_BLOCK_B,
+    )  # fmt: skip
 
 
 def _flush(args: CausalConv1dArgs) -> None:
@@ -365,11 +390,13 @@ def _flush(args: CausalConv1dArgs) -> None:
     rec = records.x
     block_k, _ = _blocks(wm1 + 1)
     _flush_kernel[(nrows, triton.cdiv(channels, _BLOCK_C))](
-        pool, rec, records.num_recorded, state_indices, pending, channels, rec.shape[1],
+        pool, rec, records.num_recorded, state_indices, pending, channels, rec.shape[1], pool.shape[0],
         pool.stride(0), pool.stride(1), pool.stride(2), rec.stride(0), rec.stride(1),
+        state_indices.stride(0), pending.stride(0),
         W=wm1 + 1, BLOCK_K=block_k, BLOCK_C=_BLOCK_C,
     )  # fmt: skip
     _counts_kernel[(triton.cdiv(nrows, _BLOCK_B),)](
-        state_indices, state_indices, records.num_recorded, pending, nrows, rec.shape[1],
+        state_indices, state_indices, records.num_recorded, pending, nrows, rec.shape[1], pool.shape[0], 0,
+        0, state_indices.stride(0), pending.stride(0),
         MODE=int(args.mode), BLOCK_B=_BLOCK_B,
     )  # fmt: skip

@@ -94,6 +94,17 @@ def _check_records(records: object, pool: torch.Tensor) -> GDNRecords:
         )
     if records.device != pool.device:
         raise ValueError(f"records are on {records.device} but state_pool is on {pool.device}")
+    for name in ("k", "g", "u", "bank", "num_recorded"):
+        t = getattr(records, name)
+        if not t.is_contiguous():  # the kernels address records as dense buffers
+            raise ValueError(
+                f"records.{name} must be contiguous (as allocate_records makes it); got strides {t.stride()}"
+            )
+    if records.bank.dtype != torch.int32 or records.num_recorded.dtype != torch.int32:
+        raise ValueError(
+            f"records.bank and records.num_recorded must be int32; got {records.bank.dtype}, "
+            f"{records.num_recorded.dtype}"
+        )
     return records
 
 

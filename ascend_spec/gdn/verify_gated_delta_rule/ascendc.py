@@ -40,6 +40,16 @@ def _i32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int32).contiguous()
 
 
+def _slots_i32(state_indices: torch.Tensor, num_slots: int) -> torch.Tensor:
+    """int32 state indices with every index outside ``[0, S)`` as -1 (padding): an int64 index past int32 must not
+    wrap into a real slot (device ops only, no sync)."""
+    return (
+        torch.where((state_indices >= 0) & (state_indices < num_slots), state_indices, -1)
+        .to(torch.int32)
+        .contiguous()
+    )
+
+
 def tiling(num_rows: int, num_heads: int, num_v_heads: int, dk: int, dv: int, x_dtype: torch.dtype) -> dict:
     """The tiling the kernel picks on the host model's SoC: value tile, token chunk, cores, UB bytes."""
     spec = host_model.soc_spec(SOC)
@@ -64,7 +74,7 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
     verify = args.mode == KernelMode.VERIFY
     records, pool = args.records, args.state_pool
     rec = (records.k, records.g, records.u, records.bank, records.num_recorded)
-    idx32, pend32 = _i32(args.state_indices), _i32(args.pending)
+    idx32, pend32 = _slots_i32(args.state_indices, pool.shape[0]), _i32(args.pending)
     if verify:
         assert out is not None and args.q is not None and args.k is not None and args.v is not None
         assert args.g is not None and args.beta is not None and args.cu_seqlens is not None
@@ -82,6 +92,8 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
         else:
             npu_op("npu_flush_gated_delta_rule", KERNEL)(idx32, pend32, pool, *rec)
         return
+    if verify and idx32.shape[0] == 0:
+        out.zero_()  # no row covers any token
     if idx32.shape[0] == 0 or (verify and tokens[0].shape[0] == 0):
         return
     spec = host_model.soc_spec(SOC)

@@ -1,6 +1,7 @@
 """Reference (vectorised PyTorch, the oracle) of :func:`ascend_spec.gdn.verify_gated_delta_rule` and its flush.
 
-The commit of pending records is closed-form (:func:`replay_states`, one batched matmul of rank n, no loop); this
+The commit of pending records is closed-form (:func:`replay_states`, one batched matmul of rank n, no loop, stable
+for every ``g <= 0`` including ``-inf``); this
 call's tokens run in a loop over token index in which the rows still running form a prefix (rows sorted by
 length), updated in place with batched matmuls.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.protocol import KernelMode, owned_slots
 from ascend_spec.gdn.records import GDNRecords
 from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
 
@@ -28,19 +29,21 @@ def replay_states(
 ) -> torch.Tensor:
     """Closed-form commit of the first ``n[a]`` records into ``states [A, HV, Dk, Dv]`` (fp32, returns new).
 
-    ``S_n = exp(G_n) S_0 + sum_{t<n} exp(G_n - G_t) k_t u_t^T`` with ``G`` the inclusive prefix sum of ``g``:
-    vectorised over rows, heads and tokens (one batched matmul of rank ``n``), no loop.
+    ``S_n = exp(G_n) S_0 + sum_{t<n} exp(R_t) k_t u_t^T`` with ``R_t = g_{t+1} + ... + g_{n-1}`` the decay after
+    token t, summed directly from the tail (a reversed cumulative sum) rather than as ``G_n - G_t`` of prefix sums:
+    no difference of two large sums, so no cancellation for large ``|g|`` and no ``-inf - -inf`` = NaN for a
+    full forget ``g = -inf``; every weight is ``exp`` of a sum of ``g <= 0`` terms, in ``[0, 1]``. Vectorised
+    over rows, heads and tokens (one batched matmul of rank ``n``), no loop.
     ``k [A, L, H, Dk]``, ``g [A, L, HV]``, ``u [A, L, HV, Dv]``, ``n [A]``.
     """
     num_rows, cap, num_heads, _ = k.shape
     num_v_heads = u.shape[2]
     live = torch.arange(cap, device=k.device)[None, :] < n[:, None]  # [A, L]
-    g = torch.where(live[:, :, None], g, torch.zeros((), device=g.device))
-    cum = torch.cumsum(g, dim=1)  # [A, L, HV]
-    total = cum[:, -1]  # [A, HV] = G_n (dead tokens add 0)
-    weight = torch.where(
-        live[:, :, None], torch.exp(total[:, None, :] - cum), torch.zeros((), device=g.device)
-    )
+    g = torch.where(live[:, :, None], g, torch.zeros((), device=g.device))  # dead tokens decay nothing
+    tail = torch.flip(torch.cumsum(torch.flip(g, (1,)), dim=1), (1,))  # [A, L, HV]: g_t + ... + g_{L-1}
+    total = tail[:, 0] if cap else torch.zeros(num_rows, num_v_heads, device=g.device)  # G_n
+    after = torch.cat((tail[:, 1:], torch.zeros_like(tail[:, :1])), dim=1)  # R_t (no subtraction)
+    weight = torch.where(live[:, :, None], torch.exp(after), torch.zeros((), device=g.device))
     k_v = k.repeat_interleave(num_v_heads // num_heads, dim=2)  # [A, L, HV, Dk]
     update = torch.einsum("alhk,alhv->ahkv", k_v * weight[..., None], u)
     return torch.exp(total)[..., None, None] * states + update
@@ -62,10 +65,10 @@ def _verify(args: GatedDeltaRuleArgs, o: torch.Tensor) -> None:
     num_v_heads, dv = v.shape[1:]
     group = num_v_heads // num_heads
     o.zero_()
-    cu = cu_seqlens.long()
+    cu = cu_seqlens.long().clamp(0, num_tokens)  # checks off: rows never reach outside the T tokens
     lens = cu[1:] - cu[:-1]
-    slot_all = state_indices.long()
-    rows = ((slot_all >= 0) & (lens > 0)).nonzero().squeeze(1)
+    valid, slot_all = owned_slots(state_indices, pool.shape[0])  # out of range (checks off): padding
+    rows = (valid & (lens > 0)).nonzero().squeeze(1)
     if rows.numel() == 0:
         return
     lens_r = lens[rows]
@@ -127,9 +130,8 @@ def _verify(args: GatedDeltaRuleArgs, o: torch.Tensor) -> None:
 def _flush(
     pool: torch.Tensor, state_indices: torch.Tensor, records: GDNRecords, pending: torch.Tensor
 ) -> None:
-    slot_all = state_indices.long()
-    valid = slot_all >= 0
-    n_all = torch.minimum(pending.long().clamp(min=0), records.num_recorded[slot_all.clamp(min=0)].long())
+    valid, slot_all = owned_slots(state_indices, pool.shape[0])
+    n_all = torch.minimum(pending.long().clamp(min=0), records.num_recorded[slot_all].long())
     rows = (valid & (n_all > 0)).nonzero().squeeze(1)
     if rows.numel():
         slots = slot_all[rows]

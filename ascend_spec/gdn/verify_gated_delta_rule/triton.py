@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.triton import zero_uncovered_rows
 from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
 
 
@@ -65,7 +66,8 @@ def _verify_kernel(
     cu_seqlens, state_indices, pending,
     pool, pool_stride,
     rec_k, rec_g, rec_u, rec_bank, rec_nrec,
-    scale,
+    scale, S, T,
+    sq_t, sq_h, sq_d, sk_t, sk_h, sk_d, sv_t, sv_h, sv_d, sg_t, sg_h, sb_t, sb_h, s_cu, s_idx, s_pend,
     H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, L: tl.constexpr,
     BK: tl.constexpr, BV: tl.constexpr, USE_L2NORM: tl.constexpr, HAS_TOKENS: tl.constexpr,
 ):  # fmt: skip
@@ -74,17 +76,18 @@ def _verify_kernel(
     i_b = i_bh // HV
     i_hv = i_bh % HV
     i_h = i_hv // (HV // H)
-    slot = tl.load(state_indices + i_b).to(tl.int64)
-    valid = slot >= 0
+    slot = tl.load(state_indices + i_b * s_idx).to(tl.int64)
+    valid = (slot >= 0) & (slot < S)  # out of range (checks off): a padding row, nothing read or written
     slot = tl.where(valid, slot, 0)
     if HAS_TOKENS:
-        bos = tl.load(cu_seqlens + i_b).to(tl.int64)
-        n_new = tl.load(cu_seqlens + i_b + 1).to(tl.int64) - bos
+        # cu_seqlens entries clamped into [0, T] (checks off): no row reads or writes outside the T tokens.
+        bos = tl.minimum(tl.maximum(tl.load(cu_seqlens + i_b * s_cu).to(tl.int64), 0), T)
+        n_new = tl.minimum(tl.maximum(tl.load(cu_seqlens + (i_b + 1) * s_cu).to(tl.int64), 0), T) - bos
         active = valid & (n_new > 0)
     else:
         active = valid
     bank = tl.load(rec_bank + slot).to(tl.int64)
-    n_rep = tl.minimum(tl.load(pending + i_b), tl.load(rec_nrec + slot)).to(tl.int64)
+    n_rep = tl.minimum(tl.load(pending + i_b * s_pend), tl.load(rec_nrec + slot)).to(tl.int64)
     n_rep = tl.where(active & (n_rep > 0), n_rep, 0)
 
     o_k = tl.arange(0, BK)
@@ -106,11 +109,11 @@ def _verify_kernel(
         n_loop = tl.where(valid, n_new, 0)
         for t in range(0, n_loop):
             tok = bos + t
-            b_q = tl.load(q + (tok * H + i_h) * DK + o_k, mask=mask_k, other=0.0).to(tl.float32)
-            b_k = tl.load(k + (tok * H + i_h) * DK + o_k, mask=mask_k, other=0.0).to(tl.float32)
-            b_v = tl.load(v + (tok * HV + i_hv) * DV + o_v, mask=mask_v, other=0.0).to(tl.float32)
-            b_g = tl.load(g + tok * HV + i_hv).to(tl.float32)
-            b_beta = tl.load(beta + tok * HV + i_hv).to(tl.float32)
+            b_q = tl.load(q + tok * sq_t + i_h * sq_h + o_k * sq_d, mask=mask_k, other=0.0).to(tl.float32)
+            b_k = tl.load(k + tok * sk_t + i_h * sk_h + o_k * sk_d, mask=mask_k, other=0.0).to(tl.float32)
+            b_v = tl.load(v + tok * sv_t + i_hv * sv_h + o_v * sv_d, mask=mask_v, other=0.0).to(tl.float32)
+            b_g = tl.load(g + tok * sg_t + i_hv * sg_h).to(tl.float32)
+            b_beta = tl.load(beta + tok * sb_t + i_hv * sb_h).to(tl.float32)
             if USE_L2NORM:
                 b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6)
                 b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
@@ -119,7 +122,7 @@ def _verify_kernel(
             b_u = b_beta * (b_v - tl.sum(b_s * b_k[:, None], 0))
             b_s = b_s + b_k[:, None] * b_u[None, :]
             b_o = tl.sum(b_s * b_q[:, None], 0)
-            p_o = o + (tok * HV + i_hv) * DV + o_v
+            p_o = o + (tok * HV + i_hv) * DV + o_v  # out is contiguous
             tl.store(p_o, b_o.to(p_o.dtype.element_ty), mask=mask_v)
             # t >= L only happens with value checks off: nothing is written there, num_recorded = min(len, L).
             in_cap = t < L
@@ -134,13 +137,25 @@ def _verify_kernel(
 
 
 @triton.jit
-def _meta_kernel(cu_seqlens, state_indices, rec_bank, rec_nrec, L: tl.constexpr, HAS_TOKENS: tl.constexpr):
+def _meta_kernel(
+    cu_seqlens,
+    state_indices,
+    rec_bank,
+    rec_nrec,
+    S,
+    T,
+    s_cu,
+    s_idx,
+    L: tl.constexpr,
+    HAS_TOKENS: tl.constexpr,
+):
     i_b = tl.program_id(0)
-    slot = tl.load(state_indices + i_b).to(tl.int64)
-    valid = slot >= 0
+    slot = tl.load(state_indices + i_b * s_idx).to(tl.int64)
+    valid = (slot >= 0) & (slot < S)
     slot = tl.where(valid, slot, 0)
     if HAS_TOKENS:
-        n_new = tl.load(cu_seqlens + i_b + 1) - tl.load(cu_seqlens + i_b)
+        eos = tl.minimum(tl.maximum(tl.load(cu_seqlens + (i_b + 1) * s_cu).to(tl.int64), 0), T)
+        n_new = eos - tl.minimum(tl.maximum(tl.load(cu_seqlens + i_b * s_cu).to(tl.int64), 0), T)
         active = valid & (n_new > 0)
         bank = tl.load(rec_bank + slot)
         tl.store(rec_bank + slot, 1 - bank, mask=active)
@@ -154,35 +169,45 @@ def _block_v(dv: int) -> int:
 
 
 def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) -> None:
-    """A verify call (outputs into ``out``) or the flush (``KernelMode.FLUSH``): one kernel pair either way."""
-    pool, state_indices, records = args.state_pool, args.state_indices.contiguous(), args.records
+    """A verify call (outputs into ``out``) or the flush (``KernelMode.FLUSH``): one kernel pair either way.
+
+    Every input is read through its strides (no copies); ``out`` is contiguous (checked by the op) and rows no
+    request covers are zeroed by a third small launch."""
+    pool, state_indices, records, pending = args.state_pool, args.state_indices, args.records, args.pending
     num_rows = state_indices.shape[0]
-    _, hv, dk, dv = pool.shape
-    if num_rows == 0:
-        return
+    num_slots, hv, dk, dv = pool.shape
     has_tokens = args.mode == KernelMode.VERIFY
+    num_tokens = 0 if args.q is None else args.q.shape[0]
     if has_tokens:
         assert out is not None and args.q is not None and args.cu_seqlens is not None
-        q, k, v, g, beta = (x.contiguous() for x in (args.q, args.k, args.v, args.g, args.beta))  # type: ignore[union-attr]
-        o, cu = out, args.cu_seqlens.contiguous()
+        q, k, v, g, beta = args.q, args.k, args.v, args.g, args.beta
+        assert k is not None and v is not None and g is not None and beta is not None
+        o, cu = out, args.cu_seqlens
+        zero_uncovered_rows(o, cu)
         if q.shape[0] == 0:
             return
+        strides = (*q.stride(), *k.stride(), *v.stride(), *g.stride(), *beta.stride(), cu.stride(0))
     else:
         # Dummy pointers: HAS_TOKENS=False removes every access to them.
         q = k = v = g = beta = o = pool
         cu = state_indices
+        strides = (0,) * 14
+    if num_rows == 0:
+        return
     bv = _block_v(dv)
     cap = records.max_tokens_per_step
     _verify_kernel[(num_rows * hv, triton.cdiv(dv, bv))](
         q, k, v, g, beta, o,
-        cu, state_indices, args.pending.contiguous(),
+        cu, state_indices, pending,
         pool, pool.stride(0),
         records.k, records.g, records.u, records.bank, records.num_recorded,
-        args.scale,
+        args.scale, num_slots, num_tokens, *strides, state_indices.stride(0), pending.stride(0),
         H=records.num_k_heads, HV=hv, DK=dk, DV=dv, L=cap,
         BK=triton.next_power_of_2(dk), BV=bv, USE_L2NORM=args.use_qk_l2norm, HAS_TOKENS=has_tokens,
         num_warps=4,
     )  # fmt: skip
     _meta_kernel[(num_rows,)](
-        cu, state_indices, records.bank, records.num_recorded, L=cap, HAS_TOKENS=has_tokens
-    )
+        cu, state_indices, records.bank, records.num_recorded, num_slots, num_tokens, strides[-1],
+        state_indices.stride(0),
+        L=cap, HAS_TOKENS=has_tokens,
+    )  # fmt: skip

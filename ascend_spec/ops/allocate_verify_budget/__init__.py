@@ -16,7 +16,8 @@ exactly equal or exactly 1.0. Slots at positions ``>= capacities[b]`` are never 
 
 Inputs outside the contract, when value checks are off (they raise ValueError when on): survival is clamped
 to [0, 1] with NaN counted as 0, each slot is ranked by the running minimum of survival along its row (so the
-admitted set is still a prefix), capacities are clamped to [0, K] and the budget to [0, max_budget].
+admitted set is still a prefix), capacities are clamped to [0, K] (in their own width: an int64 capacity past
+int32 never wraps) and the budget to [0, max_budget]. An empty batch (B = 0) gives empty outputs.
 
 Backends: ``reference`` sorts the B*K keys once (stable, so ties keep the flat b-major order) and scatters the
 admitted flags back; ``triton`` and ``ascendc`` avoid the sort with a threshold search: the T-th best key is
@@ -135,8 +136,6 @@ def allocate_verify_budget(
     check_tensor("survival", survival, ndim=2, dtypes=FLOAT_DTYPES)
     device = survival.device
     b, k = survival.shape
-    if b == 0:
-        raise ValueError(f"survival must hold at least one request; got shape {list(survival.shape)}")
     if k == 0:
         raise ValueError(f"survival must have K >= 1 draft positions; got shape {list(survival.shape)}")
     if b * k > INT32_MAX:
@@ -163,6 +162,9 @@ def allocate_verify_budget(
     else:
         check_outputs(out, VerifyAllocation, layout, device)
     assert out is not None
+    if b == 0:  # an empty batch: no drafts, query_start_loc = [0], an empty draft_index
+        out.query_start_loc.zero_()
+        return out
     run(VerifyBudgetArgs(survival, total_budget, capacities, max_budget), out)
     return out
 

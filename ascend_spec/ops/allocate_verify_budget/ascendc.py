@@ -63,7 +63,8 @@ def allocate_verify_budget(args: VerifyBudgetArgs, out: VerifyAllocation) -> Non
     device, max_budget = args.survival.device, args.max_budget
     budget_t, budget_value = args.budget_tensor, args.budget_value
     surv = args.survival.to(torch.float32).contiguous()
-    caps = None if args.capacities is None else args.capacities.to(torch.int32).contiguous()
+    # Clamped to [0, K] before narrowing (an int64 capacity past int32 must not wrap), contiguous for the kernel.
+    caps = None if args.capacities is None else args.capacities.clamp(0, k).to(torch.int32).contiguous()
     _check_fits(b, k, max_budget, device)
     outputs = (out.num_drafts, out.query_lens, out.query_start_loc, out.draft_index)
     if device.type == "npu":  # pragma: no cover - needs CANN and an NPU

@@ -50,6 +50,7 @@ def _allocate_kernel(
     n_pos,
     stride_b,
     stride_k,
+    stride_cap,
     index_len,
     HAS_CAP: tl.constexpr,
     BUDGET_IN_MEMORY: tl.constexpr,
@@ -75,8 +76,9 @@ def _allocate_kernel(
         s = tl.associative_scan(s, 1, _min_combine)
         key = s.to(tl.int32, bitcast=True)
         if HAS_CAP:
-            cap = tl.load(cap_ptr + rows, mask=row_ok, other=0).to(tl.int32)
-            cap = tl.minimum(tl.maximum(cap, 0), n_pos)
+            # Clamped in the capacities' own width (an int64 capacity past int32 must not wrap), then narrowed.
+            cap = tl.load(cap_ptr + rows.to(tl.int64) * stride_cap, mask=row_ok, other=0).to(tl.int64)
+            cap = tl.minimum(tl.maximum(cap, 0), n_pos).to(tl.int32)
         else:
             cap = tl.full((BLOCK_B,), 0, tl.int32) + n_pos
         elig = m2 & (rk[None, :] < cap[:, None])
@@ -168,6 +170,7 @@ def allocate_verify_budget(args: VerifyBudgetArgs, out: VerifyAllocation) -> Non
         k,
         survival.stride(0),
         survival.stride(1),
+        capacities.stride(0) if capacities is not None else 0,
         args.index_length,
         HAS_CAP=capacities is not None,
         BUDGET_IN_MEMORY=in_memory,

@@ -60,7 +60,7 @@ class MaxSoftmaxArgs:
     in csrc/kernels/max_softmax_confidence_tiling.h)."""
 
     logits: torch.Tensor  # [N, V] fp32/bf16/fp16, any strides, V >= 1
-    temperature: float  # finite, > 0
+    temperature: float  # in [MIN_TEMPERATURE, MAX_TEMPERATURE]: 1/T is a normal float32
 
 
 def empty_max_softmax_partials(
@@ -74,12 +74,22 @@ def _layout(num_rows: int) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     return {"row_max": ((num_rows,), torch.float32), "row_sumexp": ((num_rows,), torch.float32)}
 
 
+# Temperatures every backend computes correctly: 1/T is a normal float32 (the kernels scale by it in fp32; past
+# these bounds it overflows to inf or flushes to 0). Powers of two, so 1/T is exact at both ends.
+MIN_TEMPERATURE = 2.0**-100
+MAX_TEMPERATURE = 2.0**100
+
+
 def _check_temperature(temperature: object) -> float:
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
         raise ValueError(f"temperature must be a float; got {temperature!r}")
     t = float(temperature)
     if not (math.isfinite(t) and t > 0.0):
         raise ValueError(f"temperature must be finite and > 0; got {temperature!r}")
+    if not MIN_TEMPERATURE <= t <= MAX_TEMPERATURE:
+        raise ValueError(
+            f"temperature must be in [2**-100, 2**100] (1/temperature must be a normal float32); got {temperature!r}"
+        )
     return t
 
 
