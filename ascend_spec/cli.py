@@ -1,4 +1,5 @@
-"""The ``ascend-spec`` command: ``bench`` (operator microbenchmarks) and ``plan`` (budget planning report)."""
+"""The ``ascend-spec`` command: ``bench`` (operator microbenchmarks), ``plan`` (budget planning report) and ``e2e``
+(plain vs speculative decoding in a vLLM engine)."""
 
 from __future__ import annotations
 
@@ -50,11 +51,19 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=plan_report.run)
 
 
+def _add_e2e(sub: argparse._SubParsersAction) -> None:
+    from ascend_spec.e2e import cli as e2e_cli
+
+    p = sub.add_parser("e2e", help="plain vs upstream vs plugin speculative decoding in a vLLM engine")
+    e2e_cli.add_arguments(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ascend-spec", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_bench(sub)
     _add_plan(sub)
+    _add_e2e(sub)
     return parser
 
 
