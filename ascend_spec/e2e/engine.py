@@ -76,6 +76,7 @@ class EngineRun:
     num_preemptions: int = 0
     gdn_state_bytes_per_request: int | None = None
     gdn_slots_per_request: int | None = None
+    kv_cache_layout: list = field(default_factory=list)
     error: str | None = None
 
     @property
@@ -140,6 +141,26 @@ def gdn_state_per_request(worker) -> tuple[int, int] | None:  # noqa: ANN001 - r
     return (total, slots) if slots is not None else None
 
 
+def kv_cache_layout(worker) -> list:  # noqa: ANN001 - runs inside the worker
+    """Every KV-cache group's spec (type, block size, state shapes, speculative blocks) and the block count."""
+    config = worker.model_runner.kv_cache_config
+    out: list = [["num_blocks", config.num_blocks]]
+    for group in config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        shapes = getattr(spec, "shapes", None)
+        out.append(
+            [
+                type(spec).__name__,
+                spec.block_size,
+                spec.page_size_bytes,
+                getattr(spec, "num_speculative_blocks", None),
+                [list(s) for s in shapes] if shapes is not None else None,
+                sorted(group.layer_names),
+            ]
+        )
+    return out
+
+
 def run_engine(
     spec: EngineSpec,
     prompts: list[list[int]],
@@ -202,6 +223,7 @@ def run_engine(
             int(v - (per_pos_before[i] if i < len(per_pos_before) else 0))
             for i, v in enumerate(per_pos_after)
         ]
+        run.kv_cache_layout = llm.collective_rpc(kv_cache_layout)[0]
         state = llm.collective_rpc(gdn_state_per_request)[0]
         if state is not None:
             run.gdn_state_bytes_per_request, run.gdn_slots_per_request = state
