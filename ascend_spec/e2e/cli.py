@@ -77,6 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--low-entropy", action="store_true", help="built-in target with a few non-zero lm_head rows"
     )
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per engine, best kept (default 3)")
     p.add_argument("--backend", default="auto", help="plugin op backend: auto, reference, triton, ascendc")
     p.add_argument("--models-dir", type=Path, default=None, help="where built-in models are written")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as JSON")
@@ -103,12 +104,16 @@ def run(args: argparse.Namespace) -> int:
         return EngineSpec(target=target, speculative=speculative, plugin=plugin, hybrid=args.hybrid)
 
     work = Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_"))
-    plain = run_isolated(spec(None, None), prompts, work_dir=work, max_tokens=lengths, logprobs=True)
+    plain = run_isolated(
+        spec(None, None), prompts, work_dir=work, max_tokens=lengths, logprobs=True, repeats=args.repeats
+    )
     rows = [Row("plain", "-", plain)]
     for method in methods:
         cfg = speculative_config(method, args.num_spec, drafter, target)
         for mode, plugin in (("upstream", None), ("ascend-spec", {"backend": args.backend})):
-            result = run_isolated(spec(cfg, plugin), prompts, work_dir=work, max_tokens=lengths)
+            result = run_isolated(
+                spec(cfg, plugin), prompts, work_dir=work, max_tokens=lengths, repeats=args.repeats
+            )
             divs = None if result.error or plain.error else first_divergences(plain, result)
             rows.append(Row(mode, method, result, divs))
     print(

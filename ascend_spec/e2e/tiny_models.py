@@ -20,6 +20,8 @@ VOCAB_SIZE = 512
 HIDDEN_SIZE = 128
 # Low-entropy targets: the lm_head rows of these tokens are the only non-zero ones.
 LOW_ENTROPY_TOKENS = 6
+# Part of the folder name: a changed generator never reuses checkpoints an older one wrote.
+GENERATOR_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -87,9 +89,11 @@ def _qwen35_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, torc
         intermediate_size=256,
         num_hidden_layers=4,
         layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
+        # Wide KV heads keep vLLM's hybrid page alignment at ~144-token attention blocks (not ~1150), so a small
+        # KV cache fills within a few hundred tokens and the scheduler preempts (tests/vllm).
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        head_dim=64,
         linear_num_key_heads=2,
         linear_num_value_heads=4,
         linear_key_head_dim=128,
@@ -173,7 +177,11 @@ def _dflash_drafter(out: Path, *, target_layers: list[int], seed: int) -> None:
 def make_tiny_models(root: Path, *, hybrid: bool, low_entropy: bool = False, seed: int = 0) -> TinyModels:
     """Write a target (Qwen3 or the Qwen3.5 hybrid) and a DFlash drafter for it under ``root``; reuse them if
     they already exist (same arguments, same files)."""
-    kind = ("qwen35" if hybrid else "qwen3") + ("_lowent" if low_entropy else "") + f"_s{seed}"
+    kind = (
+        ("qwen35" if hybrid else "qwen3")
+        + ("_lowent" if low_entropy else "")
+        + f"_s{seed}_v{GENERATOR_VERSION}"
+    )
     base = Path(root) / kind
     target, dflash = base / "target", base / "dflash"
     done = base / "done"

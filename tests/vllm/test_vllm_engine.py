@@ -9,7 +9,7 @@ kernels legitimately round differently: there a prompt stops being compared (rep
 from __future__ import annotations
 
 import pytest
-from engine_helpers import K, LENGTHS, PROMPTS, assert_matches_plain, run, speculative
+from engine_helpers import LENGTHS, PROMPTS, K, assert_matches_plain, run, speculative
 
 from ascend_spec.e2e.report import first_divergences
 from ascend_spec.gdn import conv_record_bytes_per_slot, record_bytes_per_slot
@@ -54,7 +54,9 @@ def _gdn_bytes_per_request(models, k: int, plugin: bool) -> int:
 # ------------------------------------------------------------------------------------------- inert when off
 
 
-def test_installed_but_not_enabled_is_vllm_without_the_package(engine_dir, hybrid, dense_low_entropy, plain_hybrid):
+def test_installed_but_not_enabled_is_vllm_without_the_package(
+    engine_dir, hybrid, dense_low_entropy, plain_hybrid
+):
     without = run(engine_dir, hybrid, env={"VLLM_PLUGINS": "none-of-them"})
     assert without.tokens == plain_hybrid.tokens
     assert without.kv_cache_layout == plain_hybrid.kv_cache_layout
@@ -69,25 +71,28 @@ def test_installed_but_not_enabled_is_vllm_without_the_package(engine_dir, hybri
 # ------------------------------------------------------------------------------- ragged GDN verification
 
 
-def test_ngram_on_hybrid_matches_plain_where_upstream_breaks(engine_dir, hybrid, plain_hybrid):
-    """ngram drafts 0..K tokens per request and step: upstream's CPU GDN spec path crashes or diverges."""
-    spec = speculative("ngram", hybrid)
-    upstream = run_allow_error(engine_dir, hybrid, speculative=spec)
+def test_ngram_on_hybrid_matches_plain_where_upstream_breaks(engine_dir, hybrid_low_entropy, plain_hybrid_le):
+    """ngram drafts 0..K tokens per request and step; with real acceptance the next step is often shorter than
+    the accepted count of the last one, which upstream's CPU GDN spec path cannot handle (crash or wrong tokens)."""
+    spec = speculative("ngram", hybrid_low_entropy)
+    upstream = run_allow_error(engine_dir, hybrid_low_entropy, speculative=spec)
     if upstream.error is None:
-        divs = first_divergences(plain_hybrid, upstream)
-        assert any(d is not None and not d.is_tie for d in divs), "upstream matched: the scenario is not ragged"
-    ours = run(engine_dir, hybrid, speculative=spec, plugin=PLUGIN)
-    assert_matches_plain(plain_hybrid, ours, allow_ties=True)
+        divs = first_divergences(plain_hybrid_le, upstream)
+        assert any(d is not None and not d.is_tie for d in divs), (
+            "upstream matched: the scenario is not ragged"
+        )
+    ours = run(engine_dir, hybrid_low_entropy, speculative=spec, plugin=PLUGIN)
+    assert_matches_plain(plain_hybrid_le, ours, allow_ties=False)
+    assert ours.num_accepted > 0
     assert ours.gdn_slots_per_request == 1
-    assert ours.num_drafts > 0
     # ragged: fewer tokens verified per step than 1+K on average (some rows drafted less, some nothing)
     assert ours.mean_verify_length < 1 + K
 
 
-def test_ngram_on_low_entropy_hybrid_matches_plain_exactly(engine_dir, hybrid_low_entropy, plain_hybrid_le):
-    ours = run(engine_dir, hybrid_low_entropy, speculative=speculative("ngram", hybrid_low_entropy), plugin=PLUGIN)
-    assert_matches_plain(plain_hybrid_le, ours, allow_ties=False)
-    assert ours.num_accepted > 0
+def test_ngram_on_random_hybrid_matches_plain_up_to_bf16_ties(engine_dir, hybrid, plain_hybrid):
+    ours = run(engine_dir, hybrid, speculative=speculative("ngram", hybrid), plugin=PLUGIN)
+    assert_matches_plain(plain_hybrid, ours, allow_ties=True)
+    assert ours.num_drafts > 0
 
 
 def test_dflash_on_hybrid_one_state_slot_per_request(engine_dir, hybrid_low_entropy, plain_hybrid_le):
@@ -102,7 +107,9 @@ def test_dflash_on_hybrid_one_state_slot_per_request(engine_dir, hybrid_low_entr
 
 
 def test_mtp_on_hybrid_matches_plain(engine_dir, hybrid_low_entropy, plain_hybrid_le):
-    ours = run(engine_dir, hybrid_low_entropy, speculative=speculative("mtp", hybrid_low_entropy, k=2), plugin=PLUGIN)
+    ours = run(
+        engine_dir, hybrid_low_entropy, speculative=speculative("mtp", hybrid_low_entropy, k=2), plugin=PLUGIN
+    )
     assert_matches_plain(plain_hybrid_le, ours, allow_ties=False)
     assert ours.num_accepted > 0
     assert ours.gdn_slots_per_request == 1
@@ -110,31 +117,44 @@ def test_mtp_on_hybrid_matches_plain(engine_dir, hybrid_low_entropy, plain_hybri
 
 @pytest.mark.parametrize("method", ["dflash", "ngram"])
 def test_dense_target_matches_plain(engine_dir, dense_low_entropy, plain_dense_le, method):
-    ours = run(engine_dir, dense_low_entropy, speculative=speculative(method, dense_low_entropy), plugin=PLUGIN)
+    ours = run(
+        engine_dir, dense_low_entropy, speculative=speculative(method, dense_low_entropy), plugin=PLUGIN
+    )
     assert_matches_plain(plain_dense_le, ours, allow_ties=False)
     assert ours.num_accepted > 0
 
 
-def test_preemption_with_a_small_kv_cache(engine_dir, hybrid_low_entropy, plain_hybrid_le):
-    """A cache for about two requests: the scheduler preempts, the flush commits, recompute stays lossless."""
+def test_preemption_with_a_small_kv_cache(engine_dir, hybrid_low_entropy):
+    """Requests grow past one attention block in a cache of 11 blocks: the scheduler preempts (recompute), the
+    flush commits the leaving requests' pending records, and the output stays that of plain decoding."""
+    lengths = [250, 240, 235, 245, 238]
+    spec = speculative("dflash", hybrid_low_entropy)
+    plain = run(engine_dir, hybrid_low_entropy, max_tokens=lengths)
     ours = run(
         engine_dir,
         hybrid_low_entropy,
-        speculative=speculative("dflash", hybrid_low_entropy),
+        speculative=spec,
         plugin=PLUGIN,
-        kv_cache_bytes=SMALL_KV_CACHE_BYTES,
+        kv_cache_bytes=6_000_000,
+        max_tokens=lengths,
     )
     assert ours.num_preemptions > 0
-    assert_matches_plain(plain_hybrid_le, ours, allow_ties=False)
+    assert plain.num_preemptions == 0
+    assert_matches_plain(plain, ours, allow_ties=False)
 
 
-def test_random_sampling_completes_and_reproduces(engine_dir, hybrid_low_entropy):
+def test_random_sampling_completes(engine_dir, hybrid_low_entropy):
+    """Seeded random sampling (temperature 0.8) with drafts verified on the GDN layers: every request completes
+    with its length and in-vocabulary tokens, drafts get accepted. Bit reproducibility across runs is not
+    asserted: vLLM 0.32's CPU speculative sampling does not reproduce seeded runs even without the plugin
+    (docs/vllm.md, measured)."""
+    from ascend_spec.e2e.tiny_models import VOCAB_SIZE
+
     spec = speculative("dflash", hybrid_low_entropy)
-    first = run(engine_dir, hybrid_low_entropy, speculative=spec, plugin=PLUGIN, temperature=0.8, seed=123)
-    again = run(engine_dir, hybrid_low_entropy, speculative=spec, plugin=PLUGIN, temperature=0.8, seed=123)
-    assert [len(t) for t in first.tokens] == LENGTHS
-    assert first.tokens == again.tokens
-    assert first.num_accepted > 0
+    ours = run(engine_dir, hybrid_low_entropy, speculative=spec, plugin=PLUGIN, temperature=0.8, seed=123)
+    assert [len(t) for t in ours.tokens] == LENGTHS
+    assert all(0 <= tok < VOCAB_SIZE for t in ours.tokens for tok in t)
+    assert ours.num_accepted > 0
 
 
 @pytest.mark.parametrize("backend", ["triton", "ascendc"])
@@ -152,9 +172,6 @@ def test_short_engine_run_on_each_kernel_backend(engine_dir, hybrid_low_entropy,
     )
     assert ours.tokens == [t[:n] for t, n in zip(plain_hybrid_le.tokens, lengths)]
     assert ours.num_drafts > 0
-
-
-SMALL_KV_CACHE_BYTES = 3 << 20
 
 
 def run_allow_error(engine_dir, models, **kwargs):
