@@ -52,6 +52,7 @@ class EngineSpec:
             disable_log_stats=False,
             seed=0,
             speculative_config=self.speculative,
+            logprobs_mode="raw_logits",  # "logprobs" returned are the raw logits: margins in logit units
             additional_config={"ascend_spec": self.plugin} if self.plugin is not None else {},
         )
         if self.hybrid:
@@ -64,7 +65,7 @@ class EngineSpec:
 
 @dataclass
 class EngineRun:
-    """Tokens per prompt (and top-2 logprobs per position when asked) plus step statistics."""
+    """Tokens per prompt (and plain decoding's top-2 raw logits per position when asked) plus step statistics."""
 
     tokens: list[list[int]] = field(default_factory=list)
     top2: list[list[tuple[float, float]]] = field(default_factory=list)

@@ -7,21 +7,32 @@ from dataclasses import dataclass
 
 from ascend_spec.e2e.engine import EngineRun
 
-# Where plain decoding's top-2 logprob margin is at most this, a bf16 model may legitimately pick either token:
-# speculative and plain kernels accumulate in different orders (bf16 logits carry ~3 significant digits).
-BF16_TIE_MARGIN = 0.05
+# Where plain decoding's top-2 logit margin is within this many bf16 ulps of its top logit (and at least
+# within BF16_TIE_FLOOR), a bf16 model may legitimately pick either token: speculative and plain kernels
+# accumulate in different orders and round hidden states to 8 significant bits at every layer, so logits near 0
+# still differ by the rounding of their inputs (at |logit| ~ 10 one ulp is 0.0625).
+BF16_TIE_ULPS = 4
+BF16_TIE_FLOOR = 0.125
+
+
+def bf16_ulp(x: float) -> float:
+    """Spacing of bf16 numbers at ``x`` (8 significant bits)."""
+    return 2.0 ** (math.floor(math.log2(abs(x))) - 7) if x != 0 else 2.0**-133
 
 
 @dataclass(frozen=True)
 class Divergence:
-    """First token index where a run differs from plain decoding, and plain decoding's top-2 margin there."""
+    """First token index where a run differs from plain decoding, and plain decoding's top-2 logits there."""
 
     index: int
-    margin: float
+    margin: float  # top-1 minus top-2 logit of plain decoding (inf when plain ran without logits)
+    top_logit: float = math.inf
 
     @property
     def is_tie(self) -> bool:
-        return self.margin <= BF16_TIE_MARGIN
+        if not math.isfinite(self.top_logit):
+            return False
+        return self.margin <= max(BF16_TIE_ULPS * bf16_ulp(self.top_logit), BF16_TIE_FLOOR)
 
 
 def first_divergences(plain: EngineRun, other: EngineRun) -> list[Divergence | None]:
@@ -34,11 +45,11 @@ def first_divergences(plain: EngineRun, other: EngineRun) -> list[Divergence | N
         if idx is None:
             out.append(None)
             continue
-        margin = math.inf
+        margin, top = math.inf, math.inf
         if plain.top2 and idx < len(plain.top2[i]):
-            first, second = plain.top2[i][idx]
-            margin = first - second
-        out.append(Divergence(idx, margin))
+            top, second = plain.top2[i][idx]
+            margin = top - second
+        out.append(Divergence(idx, margin, top))
     return out
 
 
@@ -101,7 +112,7 @@ def format_table(rows: list[Row]) -> str:
         "accept len",
         "verify len",
         "GDN B/req (slots)",
-        "first divergence per prompt (index@plain top-2 margin, = same)",
+        "first divergence per prompt (index@plain top-2 logit margin, = same)",
     ]
     lines = [header]
     for row in rows:

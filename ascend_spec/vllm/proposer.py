@@ -58,10 +58,14 @@ class AscendSpecDFlashProposer(DFlashProposer):
         # Text positions: row 0 of M-RoPE positions (DFlash drafters are text models with 1-D rope).
         positions = target_positions if target_positions.dim() == 1 else target_positions[0]
         anchor_positions = positions.index_select(0, qsl[:-1] + accepted - 1) + 1
+        # A block that starts within K of the table's end (a request near max_model_len) would run past it;
+        # vLLM writes such positions into its null block 0, so extra table columns name block 0 (no host sync).
+        table = cad.block_table_tensor[:batch].to(torch.int32)
+        spare = torch.zeros(batch, -(-q // self.block_size) + 1, dtype=torch.int32, device=table.device)
         slots = prepare_block_slots(
             next_token_ids[:batch],
             anchor_positions,
-            cad.block_table_tensor[:batch].to(torch.int32).contiguous(),
+            torch.cat([table, spare], dim=1),
             block_size=self.block_size,
             num_query_tokens=q,
             mask_token_id=int(self.parallel_drafting_token_id),

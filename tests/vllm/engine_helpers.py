@@ -47,14 +47,15 @@ def run(engine_dir: Path, models: TinyModels, **kwargs) -> EngineRun:
 
 def assert_matches_plain(plain: EngineRun, other: EngineRun, *, allow_ties: bool) -> list:
     """Token-for-token equality with plain decoding; with ``allow_ties`` a prompt may stop matching only where
-    plain decoding's top-2 margin is within bf16 rounding (each such stop is returned, and printed)."""
+    plain decoding's top-2 logit margin is within bf16 rounding of its top logit (each stop is returned, printed)."""
     assert [len(t) for t in other.tokens] == [len(t) for t in plain.tokens]
     stops = []
     for i, d in enumerate(first_divergences(plain, other)):
         if d is None:
             continue
         assert allow_ties and d.is_tie, (
-            f"prompt {i} diverges from plain decoding at token {d.index} (plain top-2 margin {d.margin:.4f}): "
+            f"prompt {i} diverges from plain decoding at token {d.index} (plain top-2 logits {d.top_logit:.4f}, "
+            f"margin {d.margin:.4f}): "
             f"plain {plain.tokens[i]} vs {other.tokens[i]}"
         )
         stops.append((i, d))

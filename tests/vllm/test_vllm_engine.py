@@ -129,7 +129,7 @@ def test_preemption_with_a_small_kv_cache(engine_dir, hybrid_low_entropy):
     flush commits the leaving requests' pending records, and the output stays that of plain decoding."""
     lengths = [250, 240, 235, 245, 238]
     spec = speculative("dflash", hybrid_low_entropy)
-    plain = run(engine_dir, hybrid_low_entropy, max_tokens=lengths)
+    plain = run(engine_dir, hybrid_low_entropy, max_tokens=lengths, logprobs=True)
     ours = run(
         engine_dir,
         hybrid_low_entropy,
@@ -138,9 +138,15 @@ def test_preemption_with_a_small_kv_cache(engine_dir, hybrid_low_entropy):
         kv_cache_bytes=6_000_000,
         max_tokens=lengths,
     )
+    upstream = run(
+        engine_dir, hybrid_low_entropy, speculative=spec, kv_cache_bytes=6_000_000, max_tokens=lengths
+    )
     assert ours.num_preemptions > 0
     assert plain.num_preemptions == 0
-    assert_matches_plain(plain, ours, allow_ties=False)
+    # 250-token greedy runs of a bf16 model meet near ties; the comparison stops only there (reported) ...
+    assert_matches_plain(plain, ours, allow_ties=True)
+    # ... and where upstream's GDN path works (fixed K), the plugin's tokens are upstream's, preemptions included
+    assert ours.tokens == upstream.tokens
 
 
 def test_random_sampling_completes(engine_dir, hybrid_low_entropy):
