@@ -1,4 +1,5 @@
-"""The ``ascend-spec`` command: ``bench`` (operator microbenchmarks) and ``plan`` (budget planning report).
+"""The ``ascend-spec`` command: ``bench`` (operator microbenchmarks), ``plan`` (budget planning report) and ``e2e``
+(plain vs speculative decoding in a vLLM engine).
 
 Every subcommand reports user errors the same way (:class:`ascend_spec.cli_args.CommandError`): one line
 ``ascend-spec <command>: error: <message>`` on stderr and exit status 2. Adding a subcommand takes an
@@ -42,7 +43,14 @@ def _add_plan(sub: Subparsers) -> None:
     p.set_defaults(func=plan_report.run)
 
 
-SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_bench, _add_plan)
+def _add_e2e(sub: Subparsers) -> None:
+    from ascend_spec.e2e import cli as e2e_cli
+
+    p = sub.add_parser("e2e", help="plain vs upstream vs plugin speculative decoding in a vLLM engine")
+    e2e_cli.add_arguments(p)
+
+
+SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (_add_bench, _add_plan, _add_e2e)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,132 @@
+"""``ascend-spec e2e``: plain decoding, upstream speculative decoding and speculative decoding with the plugin.
+
+Every run is a fresh in-process vLLM engine on the same prompts (token ids) and target; the table compares each
+speculative run with plain decoding of the same engine build: tokens/s (ratio to plain in the same invocation),
+acceptance per draft position, mean acceptance and verify lengths, GDN state bytes per request, and the first
+divergence from plain decoding per prompt with plain decoding's top-2 logprob margin there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+from pathlib import Path
+
+from ascend_spec.e2e.engine import EngineSpec, run_isolated
+from ascend_spec.e2e.report import Row, first_divergences, format_table
+from ascend_spec.e2e.tiny_models import VOCAB_SIZE, make_tiny_models
+
+METHODS = ("ngram", "dflash", "mtp")
+
+
+def builtin_prompts(num: int, seed: int = 0) -> list[list[int]]:
+    """Prompts of different lengths; half repeat a short pattern, so ngram finds matches of varying length."""
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(num):
+        n = 6 + 5 * i
+        if i % 2 == 0:
+            pattern = [rng.randrange(1, VOCAB_SIZE - 1) for _ in range(2 + i % 3)]
+            prompts.append((pattern * n)[:n])
+        else:
+            prompts.append([rng.randrange(1, VOCAB_SIZE - 1) for _ in range(n)])
+    return prompts
+
+
+def speculative_config(method: str, k: int, dflash: Path | None, target: Path) -> dict:
+    if method == "ngram":
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": k,
+            "prompt_lookup_min": 1,
+            "prompt_lookup_max": 3,
+        }
+    if method == "dflash":
+        if dflash is None:
+            raise ValueError("--drafter is required for method dflash with --target")
+        return {"method": "dflash", "model": str(dflash), "num_speculative_tokens": k}
+    if method == "mtp":
+        return {"method": "mtp", "num_speculative_tokens": k}
+    raise ValueError(f"--method must be one of {', '.join(METHODS)}; got {method!r}")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--target", type=Path, default=None, help="target model path (default: built-in tiny model)"
+    )
+    p.add_argument("--drafter", type=Path, default=None, help="DFlash drafter path (with --target)")
+    p.add_argument(
+        "--hybrid",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="target is a GDN hybrid (Qwen3.5/Qwen3-Next); built-in: Qwen3.5 hybrid or Qwen3",
+    )
+    p.add_argument(
+        "--method",
+        action="append",
+        default=None,
+        choices=METHODS,
+        help="speculative methods to run (repeatable; default ngram and dflash, plus mtp on the "
+        "built-in hybrid)",
+    )
+    p.add_argument("--num-spec", type=int, default=3, help="drafts per step K (default 3)")
+    p.add_argument("--prompts", type=int, default=6, help="number of built-in prompts (default 6)")
+    p.add_argument("--max-tokens", type=int, default=32, help="tokens per prompt (default 32)")
+    p.add_argument(
+        "--low-entropy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="built-in target with a few non-zero lm_head rows, so random-weight drafters get drafts accepted "
+        "(default; --no-low-entropy: every row random, near-zero acceptance)",
+    )
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per engine, best kept (default 3)")
+    p.add_argument("--backend", default="auto", help="plugin op backend: auto, reference, triton, ascendc")
+    p.add_argument("--models-dir", type=Path, default=None, help="where built-in models are written")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.num_spec < 1:
+        raise ValueError(f"--num-spec must be >= 1; got {args.num_spec}")
+    if args.prompts < 1 or args.max_tokens < 1:
+        raise ValueError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
+    if args.target is None:
+        root = args.models_dir or Path(tempfile.gettempdir()) / "ascend_spec_e2e_models"
+        models = make_tiny_models(root, hybrid=args.hybrid, low_entropy=args.low_entropy)
+        target, drafter, has_mtp = models.target, models.dflash, models.mtp
+    else:
+        target, drafter, has_mtp = args.target, args.drafter, args.hybrid
+    methods = args.method or (["ngram", "dflash"] + (["mtp"] if has_mtp else []))
+    prompts = builtin_prompts(args.prompts)
+    # Requests of different lengths finish at different times.
+    lengths = [max(1, args.max_tokens - 3 * (i % 3)) for i in range(len(prompts))]
+
+    def spec(speculative: dict | None, plugin: dict | None) -> EngineSpec:
+        return EngineSpec(target=target, speculative=speculative, plugin=plugin, hybrid=args.hybrid)
+
+    work = Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_"))
+    plain = run_isolated(
+        spec(None, None), prompts, work_dir=work, max_tokens=lengths, logprobs=True, repeats=args.repeats
+    )
+    rows = [Row("plain", "-", plain)]
+    for method in methods:
+        cfg = speculative_config(method, args.num_spec, drafter, target)
+        for mode, plugin in (("upstream", None), ("ascend-spec", {"backend": args.backend})):
+            result = run_isolated(
+                spec(cfg, plugin), prompts, work_dir=work, max_tokens=lengths, repeats=args.repeats
+            )
+            divs = None if result.error or plain.error else first_divergences(plain, result)
+            rows.append(Row(mode, method, result, divs))
+    print(
+        f"ascend-spec e2e: target {target} ({'hybrid' if args.hybrid else 'dense'}), K={args.num_spec}, "
+        f"{len(prompts)} prompts, {sum(lengths)} tokens"
+    )
+    print(format_table(rows))
+    if args.json:
+        plain_tps = None if plain.error else plain.tokens_per_second
+        args.json.write_text(json.dumps([r.as_dict(plain_tps) for r in rows], indent=2))
+        print(f"wrote {args.json}")
+    return 0

@@ -1,0 +1,309 @@
+"""One vLLM engine run: greedy or seeded decoding of token-id prompts, with the numbers e2e reports.
+
+:func:`run_isolated` starts a child Python process that runs :func:`run_engine` and exits: each engine gets a
+fresh process (vLLM loads plugins once per process, keeps Prometheus counters and custom-op registries per
+process, and on CPU rescans every loaded module when an engine starts, which fails once numba's llvmlite is
+loaded, i.e. after any ngram engine). Inside the child the engine runs in-process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so no EngineCore or worker process can be orphaned, and
+``VLLM_CACHE_ROOT`` / ``TMPDIR`` point into the caller's work folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class EngineSpec:
+    """What to start: a target, an optional speculative config, the plugin's settings (None = not enabled)."""
+
+    target: Path
+    speculative: dict[str, Any] | None = None
+    plugin: dict[str, Any] | None = None
+    hybrid: bool = False
+    max_num_seqs: int = 8
+    max_model_len: int = 512
+    kv_cache_bytes: int = 64 << 20
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = dict(
+            model=str(self.target),
+            skip_tokenizer_init=True,
+            dtype="bfloat16",
+            max_model_len=self.max_model_len,
+            max_num_seqs=self.max_num_seqs,
+            enable_prefix_caching=False,  # hybrid + speculative decoding on CPU (docs/vllm.md)
+            enforce_eager=True,
+            async_scheduling=False,
+            gpu_memory_utilization=0.05,
+            kv_cache_memory_bytes=self.kv_cache_bytes,
+            disable_log_stats=False,
+            seed=0,
+            speculative_config=self.speculative,
+            logprobs_mode="raw_logits",  # "logprobs" returned are the raw logits: margins in logit units
+            additional_config={"ascend_spec": self.plugin} if self.plugin is not None else {},
+        )
+        if self.hybrid:
+            kwargs["mamba_ssm_cache_dtype"] = (
+                "float32"  # the plugin keeps fp32 GDN states; plain runs match it
+            )
+        kwargs.update(self.extra)
+        return kwargs
+
+
+@dataclass
+class EngineRun:
+    """Tokens per prompt (and plain decoding's top-2 raw logits per position when asked) plus step statistics."""
+
+    tokens: list[list[int]] = field(default_factory=list)
+    top2: list[list[tuple[float, float]]] = field(default_factory=list)
+    seconds: float = 0.0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    num_preemptions: int = 0
+    gdn_state_bytes_per_request: int | None = None
+    gdn_slots_per_request: int | None = None
+    kv_cache_layout: list = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.num_tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """Tokens per verify step and request: 1 (bonus) + accepted drafts."""
+        return 1 + self.num_accepted / self.num_drafts if self.num_drafts else None
+
+    @property
+    def mean_verify_length(self) -> float | None:
+        """Tokens the target verified per request and step: 1 + drafts."""
+        return 1 + self.num_draft_tokens / self.num_drafts if self.num_drafts else None
+
+    @property
+    def acceptance_rate_per_position(self) -> list[float]:
+        return [a / self.num_drafts for a in self.accepted_per_position] if self.num_drafts else []
+
+
+def _metric_values(llm) -> dict[str, Any]:  # noqa: ANN001
+    from vllm.v1.metrics.reader import Counter, Vector
+
+    out: dict[str, Any] = {}
+    for metric in llm.get_metrics():
+        if isinstance(metric, Counter):
+            out[metric.name] = out.get(metric.name, 0) + metric.value
+        elif isinstance(metric, Vector):
+            prev = out.get(metric.name, [])
+            vals = list(metric.values)
+            size = max(len(prev), len(vals))
+            out[metric.name] = [
+                (prev[i] if i < len(prev) else 0) + (vals[i] if i < len(vals) else 0) for i in range(size)
+            ]
+    return out
+
+
+def gdn_state_per_request(worker) -> tuple[int, int] | None:  # noqa: ANN001 - runs inside the worker
+    """(bytes, slots) of GDN state one request holds: state slots x slot bytes, plus the plugin's records."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    runner = worker.model_runner
+    total, slots = 0, None
+    for group in runner.kv_cache_config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        if not isinstance(spec, MambaSpec):
+            continue
+        slots = 1 + spec.num_speculative_blocks
+        ctx = runner.compilation_config.static_forward_context
+        for name in group.layer_names:
+            layer = ctx[name]
+            per_slot = sum(t[0].numel() * t.element_size() for t in layer.kv_cache)
+            total += per_slot * slots
+            record_nbytes = getattr(layer, "record_nbytes", 0)
+            if record_nbytes:
+                total += record_nbytes // layer.kv_cache[1].shape[0]
+    return (total, slots) if slots is not None else None
+
+
+def kv_cache_layout(worker) -> list:  # noqa: ANN001 - runs inside the worker
+    """Every KV-cache group's spec (type, block size, state shapes, speculative blocks) and the block count."""
+    config = worker.model_runner.kv_cache_config
+    out: list = [["num_blocks", config.num_blocks]]
+    for group in config.kv_cache_groups:
+        spec = group.kv_cache_spec
+        shapes = getattr(spec, "shapes", None)
+        out.append(
+            [
+                type(spec).__name__,
+                spec.block_size,
+                spec.page_size_bytes,
+                getattr(spec, "num_speculative_blocks", None),
+                [list(s) for s in shapes] if shapes is not None else None,
+                sorted(group.layer_names),
+            ]
+        )
+    return out
+
+
+def run_engine(
+    spec: EngineSpec,
+    prompts: list[list[int]],
+    *,
+    max_tokens: int | list[int],
+    logprobs: bool = False,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    warmup: bool = True,
+    repeats: int = 1,
+) -> EngineRun:
+    """Start the engine, decode ``prompts`` (token ids) and shut it down; an engine error is returned, not raised."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM, SamplingParams
+    from vllm.distributed import cleanup_dist_env_and_memory
+    from vllm.inputs import TokensPrompt
+
+    lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
+
+    def sampling(with_logprobs: bool) -> list:
+        return [
+            SamplingParams(
+                temperature=temperature,
+                max_tokens=n,
+                ignore_eos=True,
+                logprobs=2 if with_logprobs else None,
+                seed=None if seed is None else seed + i,
+            )
+            for i, n in enumerate(lengths)
+        ]
+
+    run = EngineRun()
+    llm = None
+    try:
+        llm = LLM(**spec.engine_kwargs())
+        if warmup:
+            llm.generate(
+                [TokensPrompt(prompt_token_ids=prompts[0])], SamplingParams(max_tokens=4), use_tqdm=False
+            )
+        before = _metric_values(llm)
+        start = time.perf_counter()
+        token_prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+        outs = llm.generate(token_prompts, sampling(False), use_tqdm=False)
+        run.seconds = time.perf_counter() - start
+        after = _metric_values(llm)
+        for _ in range(repeats - 1):  # best of ``repeats`` timings (a shared machine is noisy); same tokens
+            start = time.perf_counter()
+            again = llm.generate(token_prompts, sampling(False), use_tqdm=False)
+            run.seconds = min(run.seconds, time.perf_counter() - start)
+            if temperature == 0.0 and [list(o.outputs[0].token_ids) for o in again] != [
+                list(o.outputs[0].token_ids) for o in outs
+            ]:
+                raise RuntimeError("greedy decoding gave different tokens on a repeated run")
+        run.tokens = [list(out.outputs[0].token_ids) for out in outs]
+        if logprobs:  # a second pass: vLLM's CPU logprobs path is slow and must not enter the timing
+            for out in llm.generate(token_prompts, sampling(True), use_tqdm=False):
+                run.top2.append([_top2(lp) for lp in out.outputs[0].logprobs])
+
+        def delta(name: str) -> int:
+            return int(after.get(name, 0) - before.get(name, 0))
+
+        run.num_drafts = delta("vllm:spec_decode_num_drafts")
+        run.num_draft_tokens = delta("vllm:spec_decode_num_draft_tokens")
+        run.num_accepted = delta("vllm:spec_decode_num_accepted_tokens")
+        run.num_preemptions = delta("vllm:num_preemptions")
+        per_pos_after = after.get("vllm:spec_decode_num_accepted_tokens_per_pos", [])
+        per_pos_before = before.get("vllm:spec_decode_num_accepted_tokens_per_pos", [])
+        run.accepted_per_position = [
+            int(v - (per_pos_before[i] if i < len(per_pos_before) else 0))
+            for i, v in enumerate(per_pos_after)
+        ]
+        run.kv_cache_layout = llm.collective_rpc(kv_cache_layout)[0]
+        state = llm.collective_rpc(gdn_state_per_request)[0]
+        if state is not None:
+            run.gdn_state_bytes_per_request, run.gdn_slots_per_request = state
+    except Exception as exc:  # an engine that fails is a result to report (upstream's GDN spec path crashes)
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        run.error = f"{type(exc).__name__}: {exc} ({Path(last.filename).name}:{last.lineno})"
+    finally:
+        if llm is not None:
+            engine = getattr(llm, "llm_engine", None)
+            shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            del llm
+        gc.collect()
+        cleanup_dist_env_and_memory()
+    return run
+
+
+def _top2(position_logprobs: dict) -> tuple[float, float]:  # noqa: ANN001 - {token_id: Logprob}
+    ranked = sorted(position_logprobs.values(), key=lambda lp: lp.logprob, reverse=True)
+    first = ranked[0].logprob
+    second = ranked[1].logprob if len(ranked) > 1 else float("-inf")
+    return first, second
+
+
+def run_isolated(
+    spec: EngineSpec,
+    prompts: list[list[int]],
+    *,
+    work_dir: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 900.0,
+    **kwargs: Any,
+) -> EngineRun:
+    """:func:`run_engine` in a fresh child process (module docstring); ``env`` adds environment variables."""
+    work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_"))
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "tmp").mkdir(exist_ok=True)
+    request = work / f"request_{os.getpid()}_{time.monotonic_ns()}.json"
+    result = request.with_name(request.name.replace("request_", "result_"))
+    spec_dict = dataclasses.asdict(spec)
+    spec_dict["target"] = str(spec.target)
+    request.write_text(json.dumps({"spec": spec_dict, "prompts": prompts, "kwargs": kwargs}))
+    child_env = dict(os.environ)
+    child_env.setdefault("VLLM_CACHE_ROOT", str(work / "vllm_cache"))
+    child_env["TMPDIR"] = str(work / "tmp")
+    child_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    child_env.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-m", "ascend_spec.e2e.engine", str(request), str(result)],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if not result.exists():
+        tail = (proc.stderr or proc.stdout)[-2000:]
+        return EngineRun(error=f"engine process exited with {proc.returncode}: {tail}")
+    data = json.loads(result.read_text())
+    data["top2"] = [[tuple(x) for x in row] for row in data["top2"]]
+    return EngineRun(**data)
+
+
+def _main(request: str, result: str) -> None:
+    data = json.loads(Path(request).read_text())
+    spec = data["spec"]
+    spec["target"] = Path(spec["target"])
+    run = run_engine(EngineSpec(**spec), data["prompts"], **data["kwargs"])
+    Path(result).write_text(json.dumps(dataclasses.asdict(run)))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1], sys.argv[2])

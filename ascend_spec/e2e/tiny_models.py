@@ -1,0 +1,197 @@
+"""Tiny random-weight checkpoints for engine runs without a model hub: targets and the drafters vLLM needs.
+
+Targets are saved by transformers (so vLLM reads real HF checkpoints): a Qwen3 dense model and a Qwen3.5 hybrid
+(Gated DeltaNet + full attention; GDN head dims 128, the only size vLLM's CPU GDN kernels take). The DFlash
+drafter and the Qwen3.5 MTP head are written as safetensors with the names vLLM's loaders expect.
+
+``low_entropy=True`` keeps only a few non-zero lm_head rows: the target then picks among few tokens, so drafters
+with random weights still get drafts accepted (tests assert acceptance > 0), and greedy margins are wide.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+VOCAB_SIZE = 512
+HIDDEN_SIZE = 128
+# Low-entropy targets: the lm_head rows of these tokens are the only non-zero ones.
+LOW_ENTROPY_TOKENS = 6
+# Part of the folder name: a changed generator never reuses checkpoints an older one wrote.
+GENERATOR_VERSION = 3
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    """Paths of one generated set: a target and the drafters that fit it (None where none applies)."""
+
+    target: Path
+    dflash: Path
+    mtp: bool  # the target checkpoint carries an MTP head (method "mtp" drafts from the target path)
+    hybrid: bool
+
+
+def _save_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _sharpen_lm_head(state: dict[str, torch.Tensor], generator: torch.Generator) -> None:
+    """Zero every lm_head row except a few (with large norms) so the target is nearly deterministic."""
+    w = state["lm_head.weight"]
+    keep = torch.randperm(w.shape[0], generator=generator)[:LOW_ENTROPY_TOKENS]
+    new = torch.zeros_like(w)
+    new[keep] = (torch.randn(len(keep), w.shape[1], generator=generator) * 0.5).to(w.dtype)
+    state["lm_head.weight"] = new
+
+
+def _write_target(model: torch.nn.Module, out: Path, low_entropy: bool, seed: int) -> dict[str, torch.Tensor]:
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(out)
+    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in model.state_dict().items()}
+    if low_entropy:
+        _sharpen_lm_head(state, torch.Generator().manual_seed(seed + 1))
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    return state
+
+
+def _qwen3_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, torch.Tensor]:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+        architectures=["Qwen3ForCausalLM"],
+    )
+    return _write_target(Qwen3ForCausalLM(config).eval(), out, low_entropy, seed)
+
+
+def _qwen35_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, torch.Tensor]:
+    from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+
+    torch.manual_seed(seed)
+    config = Qwen3_5TextConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        # Wide KV heads keep vLLM's hybrid page alignment at ~144-token attention blocks (not ~1150), so a small
+        # KV cache fills within a few hundred tokens and the scheduler preempts (tests/vllm).
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        head_dim=64,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+        mtp_num_hidden_layers=1,
+        architectures=["Qwen3_5ForCausalLM"],
+    )
+    model = Qwen3_5ForCausalLM(config).eval()
+    with torch.no_grad():  # transformers initialises A_log/dt_bias to constants; vary them per head
+        for layer in model.model.layers:
+            if hasattr(layer, "linear_attn"):
+                layer.linear_attn.A_log.uniform_(-2.0, 0.5)
+                layer.linear_attn.dt_bias.uniform_(-1.0, 1.0)
+    state = _write_target(model, out, low_entropy, seed)
+    _add_mtp_head(out, state, seed)
+    return state
+
+
+def _add_mtp_head(out: Path, target: dict[str, torch.Tensor], seed: int) -> None:
+    """Qwen3.5's MTP head (``mtp.*``: fc, one full-attention layer, norms) in a second safetensors shard."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed + 2)
+    full = next(i for i in range(8) if f"model.layers.{i}.self_attn.q_proj.weight" in target)
+    prefix = f"model.layers.{full}."
+    mtp = {
+        "mtp." + "layers.0." + k[len(prefix) :]: (v.float() + 0.02 * torch.randn(v.shape, generator=g)).to(
+            v.dtype
+        )
+        for k, v in target.items()
+        if k.startswith(prefix)
+    }
+    h = HIDDEN_SIZE
+    mtp["mtp.fc.weight"] = (torch.randn(h, 2 * h, generator=g) * 0.05).to(torch.bfloat16)
+    for name in ("norm", "pre_fc_norm_hidden", "pre_fc_norm_embedding"):
+        mtp[f"mtp.{name}.weight"] = torch.zeros(h, dtype=torch.bfloat16)
+    save_file(mtp, str(out / "mtp.safetensors"), metadata={"format": "pt"})
+
+
+def _dflash_drafter(out: Path, *, target_layers: list[int], seed: int) -> None:
+    """A one-layer DFlash drafter (Qwen3 decoder layer, fc over the target's aux hidden states, norms)."""
+    from safetensors.torch import save_file
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed + 3)
+    config = Qwen3Config(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=256,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+    )
+    layer_state = Qwen3ForCausalLM(config).model.layers[0].state_dict()
+    state = {f"layers.0.{k}": v.detach().to(torch.bfloat16).contiguous() for k, v in layer_state.items()}
+    h = HIDDEN_SIZE
+    g = torch.Generator().manual_seed(seed + 4)
+    state["fc.weight"] = (torch.randn(h, h * len(target_layers), generator=g) * 0.05).to(torch.bfloat16)
+    state["hidden_norm.weight"] = torch.ones(h, dtype=torch.bfloat16)
+    state["norm.weight"] = torch.ones(h, dtype=torch.bfloat16)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = config.to_dict()
+    cfg.update(
+        architectures=["DFlashDraftModel"],
+        model_type="qwen3",
+        dflash_config={"mask_token_id": VOCAB_SIZE - 1, "target_layer_ids": target_layers},
+        block_size=16,
+    )
+    _save_json(out / "config.json", cfg)
+
+
+def make_tiny_models(root: Path, *, hybrid: bool, low_entropy: bool = False, seed: int = 0) -> TinyModels:
+    """Write a target (Qwen3 or the Qwen3.5 hybrid) and a DFlash drafter for it under ``root``; reuse them if
+    they already exist (same arguments, same files)."""
+    kind = (
+        ("qwen35" if hybrid else "qwen3")
+        + ("_lowent" if low_entropy else "")
+        + f"_s{seed}_v{GENERATOR_VERSION}"
+    )
+    base = Path(root) / kind
+    target, dflash = base / "target", base / "dflash"
+    done = base / "done"
+    if not done.exists():
+        if hybrid:
+            _qwen35_target(target, low_entropy=low_entropy, seed=seed)
+            layers = [0, 3]
+        else:
+            _qwen3_target(target, low_entropy=low_entropy, seed=seed)
+            layers = [0, 1]
+        _dflash_drafter(dflash, target_layers=layers, seed=seed)
+        done.write_text("ok")
+    return TinyModels(target=target, dflash=dflash, mtp=hybrid, hybrid=hybrid)

@@ -1,0 +1,306 @@
+"""Qwen3.5 / Qwen3-Next Gated DeltaNet layer whose speculative path verifies ragged drafts on one state slot.
+
+Replaces vLLM's ``QwenGatedDeltaNetAttention`` (``PluggableLayer.register_oot``). Without the plugin enabled
+(or without speculative decoding) the subclass is the in-tree layer, unchanged. Enabled:
+
+* the layer's mamba state is one slot per request: ``MambaSpec.num_speculative_blocks = 0`` and a conv state of
+  ``W-1`` columns (vLLM: ``1+K`` slots and ``W-1+K`` columns);
+* speculative rows (``0..K`` drafts each, any mix, per the scheduler) run ``verify_causal_conv1d`` then
+  ``verify_gated_delta_rule``; their per-token records live outside the KV cache, keyed by state slot
+  (``allocate_conv_records`` / ``allocate_records``, ``1+K`` tokens per slot);
+* ``pending`` is the rejection sampler's accepted count of the row's previous verify call (vLLM's
+  ``num_accepted_tokens``) where the slot holds records of such a call, else 0;
+* prefill rows run vLLM's own CPU kernels; their slot's records are dropped (a fresh committed state);
+  :meth:`AscendSpecGDNAttention.flush` commits pending records when a request leaves the batch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from vllm.forward_context import get_forward_context
+from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
+from vllm.platforms import current_platform
+from vllm.utils.torch_utils import (
+    LayerNameType,
+    _encode_layer_name,
+    _resolve_layer_name,
+    direct_register_custom_op,
+)
+
+from ascend_spec.gdn import (
+    allocate_conv_records,
+    allocate_records,
+    flush_pending,
+    verify_causal_conv1d,
+    verify_gated_delta_rule,
+)
+from ascend_spec.vllm.config import AscendSpecConfig, parse_config
+
+_OP_NAME = "ascend_spec_gdn_verify_core"
+_op_registered = False
+
+
+def _register_op() -> None:
+    """The core runs as a vLLM custom op (opaque to torch.compile), like the in-tree ``cpu_gdn_attention_core``."""
+    global _op_registered
+    if not _op_registered:
+        direct_register_custom_op(op_name=_OP_NAME, op_func=_verify_core_op, mutates_args=["core_attn_out"])
+        _op_registered = True
+
+
+def _verify_core_op(
+    mixed_qkv: torch.Tensor,
+    b: torch.Tensor,
+    a: torch.Tensor,
+    core_attn_out: torch.Tensor,
+    layer_name: LayerNameType,
+) -> None:
+    layer = get_forward_context().no_compile_layers[_resolve_layer_name(layer_name)]
+    layer._verify_core(mixed_qkv, b, a, core_attn_out)
+
+
+def _index(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous int32 copy: the Triton conv / budget kernels misread strided index views (vLLM hands
+    ``block_table[:, 0]`` column views)."""
+    return t.to(torch.int32).contiguous()
+
+
+class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
+    """In-tree GDN layer plus the plugin's ragged verification (module docstring)."""
+
+    def __init__(self, config, vllm_config, prefix: str = "", *args, **kwargs) -> None:  # noqa: ANN001
+        super().__init__(config, vllm_config, prefix, *args, **kwargs)
+        settings = parse_config(vllm_config.additional_config)
+        self.ascend_spec: AscendSpecConfig | None = (
+            settings
+            if settings is not None and settings.gdn_verify and vllm_config.speculative_config is not None
+            else None
+        )
+        if self.ascend_spec is None:
+            return
+        if not current_platform.is_cpu():
+            raise ValueError(
+                f"additional_config['ascend_spec']['gdn_verify'] runs on vLLM's CPU engine in this release; "
+                f"platform {current_platform.device_name!r} keeps its GDN state in another layout. Set "
+                "'gdn_verify': false to use the rest of the plugin there"
+            )
+        if getattr(self, "in_proj_qkv", None) is not None:
+            raise ValueError(
+                "additional_config['ascend_spec']['gdn_verify'] does not support LoRA GDN layers"
+            )
+        self.max_tokens_per_step = self.num_spec + 1
+        self.num_spec = 0  # get_state_shape(): a conv state of W-1 columns, no per-draft columns
+        self.records = None
+        self.conv_records = None
+        _register_op()
+        self._forward_method = self._forward_verify
+
+    # ------------------------------------------------------------------------------------------ state layout
+
+    def get_kv_cache_spec(self, vllm_config):  # noqa: ANN001, ANN201 - vLLM signature
+        spec = super().get_kv_cache_spec(vllm_config)
+        if self.ascend_spec is None or spec is None:
+            return spec
+        from dataclasses import replace
+
+        return replace(spec, num_speculative_blocks=0)
+
+    def _conv_pool(self) -> torch.Tensor:
+        """``[S, C, W-1]`` view of the conv state (vLLM keeps it dim-first or state-first)."""
+        from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
+
+        conv = self.kv_cache[0]
+        return conv if is_conv_state_dim_first() else conv.transpose(-1, -2)
+
+    def _ssm_pool(self) -> torch.Tensor:
+        """``[S, HV, Dk, Dv]`` fp32 view of the recurrent state, as vLLM's CPU GDN kernels read it."""
+        ssm = self.kv_cache[1]
+        if ssm.dtype != torch.float32:
+            raise ValueError(
+                "additional_config['ascend_spec']['gdn_verify'] keeps the GDN recurrent state in fp32 (exact "
+                f"replay); the engine allocated {ssm.dtype}. Start it with mamba_ssm_cache_dtype='float32' "
+                "(--mamba-ssm-cache-dtype float32)"
+            )
+        slots, heads, dv, dk = ssm.shape
+        return ssm.view(slots, heads, dk, dv)
+
+    def _conv_weight(self) -> torch.Tensor:
+        """The plain ``[C, W]`` conv weight (vLLM packs the parameter in place on AVX512-BF16 / ARM-BF16)."""
+        w = getattr(self.conv1d, "_cpu_unpacked_conv_weight", None)
+        if w is not None:
+            return w
+        w = self.conv1d.weight
+        return w.view(w.size(0), w.size(-1)) if w.dim() == 3 else w
+
+    def _ensure_records(self) -> None:
+        if self.records is not None:
+            return
+        ssm = self._ssm_pool()
+        conv = self._conv_pool()
+        num_slots = ssm.shape[0]
+        self.records = allocate_records(
+            num_slots,
+            self.max_tokens_per_step,
+            ssm.shape[1],
+            self.head_k_dim,
+            self.head_v_dim,
+            num_k_heads=self.num_k_heads // self.tp_size,
+            device=ssm.device,
+        )
+        self.conv_records = allocate_conv_records(
+            num_slots,
+            self.max_tokens_per_step,
+            conv.shape[1],
+            conv.shape[2] + 1,
+            device=conv.device,
+            dtype=conv.dtype,
+        )
+
+    @property
+    def record_nbytes(self) -> int:
+        """Bytes of this layer's verify records (both kinds), 0 before the first speculative step."""
+        if self.records is None:
+            return 0
+        return self.records.nbytes + self.conv_records.nbytes
+
+    # ------------------------------------------------------------------------------------------- protocol
+
+    def _pending(self, slots: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor:
+        """Accepted tokens of each slot's last verify call where the slot holds its records, else 0."""
+        recorded = self.records.num_recorded.index_select(0, slots.long())
+        return torch.where(recorded > 0, accepted.to(torch.int32), 0).to(torch.int32)
+
+    def _drop_records(self, slots: torch.Tensor | None) -> None:
+        """A prefill wrote a fresh committed state into these slots: nothing of an older call may replay."""
+        if self.records is None or slots is None or slots.numel() == 0:
+            return
+        slots = slots.long()
+        slots = slots[slots >= 0]
+        self.records.num_recorded.index_fill_(0, slots, 0)
+        self.conv_records.num_recorded.index_fill_(0, slots, 0)
+
+    def flush(self, slots: torch.Tensor, accepted: torch.Tensor) -> None:
+        """Commit the pending records of requests leaving the batch (finished, preempted, unscheduled)."""
+        if self.ascend_spec is None or self.records is None or slots.numel() == 0:
+            return
+        slots = _index(slots)
+        pending = self._pending(slots, accepted)
+        backend = self.ascend_spec.backend
+        flush_pending(self._ssm_pool(), slots, self.records, pending, reset_pending=False, backend=backend)
+        flush_pending(
+            self._conv_pool(), slots, self.conv_records, pending, reset_pending=False, backend=backend
+        )
+
+    # -------------------------------------------------------------------------------------------- forward
+
+    def _forward_verify(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        mixed_qkvz, _ = self.in_proj_qkvz(hidden_states)
+        ba, _ = self.in_proj_ba(hidden_states)
+        if self.gqa_interleaved_layout:  # Qwen3-Next
+            query, key, value, z, b, a = self.fix_query_key_value_ordering(mixed_qkvz, ba)
+            mixed_qkv = torch.cat([t.reshape(t.size(0), -1) for t in (query, key, value)], dim=-1)
+        else:  # Qwen3.5: [q, k, v, z] and [b, a]
+            qkv_size = (self.key_dim * 2 + self.value_dim) // self.tp_size
+            mixed_qkv, z = mixed_qkvz.split([qkv_size, self.value_dim // self.tp_size], dim=-1)
+            z = z.reshape(z.size(0), -1, self.head_v_dim)
+            b, a = ba.chunk(2, dim=-1)
+        num_tokens = hidden_states.size(0)
+        core_attn_out = torch.zeros(
+            (num_tokens, self.num_v_heads // self.tp_size, self.head_v_dim),
+            dtype=hidden_states.dtype,
+            device=hidden_states.device,
+        )
+        torch.ops.vllm.ascend_spec_gdn_verify_core(
+            mixed_qkv, b.contiguous(), a.contiguous(), core_attn_out, _encode_layer_name(self.prefix)
+        )
+        return self._output_projection(core_attn_out, z)
+
+    def _verify_core(
+        self, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, core_attn_out: torch.Tensor
+    ) -> None:
+        from vllm.model_executor.layers.mamba.ops.cpu import gdn_attention as cpu_gdn
+
+        metadata = get_forward_context().attn_metadata
+        if metadata is None:  # profiling run
+            return
+        m = metadata[self.prefix]
+        if m.num_actual_tokens == 0:
+            return
+        self._ensure_records()
+        if m.spec_sequence_masks is None:  # prefills (and plain decodes) only: vLLM's own kernels
+            cpu_gdn._cpu_gdn_attention_nonspec(self, m, mixed_qkv, b, a, core_attn_out)
+            rows = m.num_decodes + m.num_prefills
+            self._drop_records(m.non_spec_state_indices_tensor[:rows])
+            return
+
+        mixed = m.num_prefills > 0 or m.num_decodes > 0
+        if mixed:
+            spec_qkv = mixed_qkv.index_select(0, m.spec_token_indx)
+            spec_b = b.index_select(0, m.spec_token_indx)
+            spec_a = a.index_select(0, m.spec_token_indx)
+        else:
+            n_tok = m.num_spec_decode_tokens
+            spec_qkv, spec_b, spec_a = mixed_qkv[:n_tok], b[:n_tok], a[:n_tok]
+        out = self._verify_spec_rows(m, spec_qkv.contiguous(), spec_b.contiguous(), spec_a.contiguous())
+        if not mixed:
+            core_attn_out[: out.size(0)] = out
+            return
+        core_attn_out.index_copy_(0, m.spec_token_indx, out)
+        ns = m.non_spec_token_indx
+        width = self._conv_weight().size(-1)
+        ns_out = cpu_gdn._spec_aware_nonspec_subset(
+            self,
+            m,
+            mixed_qkv.index_select(0, ns),
+            b.index_select(0, ns),
+            a.index_select(0, ns),
+            cpu_gdn._conv_buffer_view(self),
+            cpu_gdn._ssm_state_view(self),
+            width,
+        )
+        core_attn_out.index_copy_(0, ns, ns_out)
+        self._drop_records(m.prefill_state_indices)
+
+    def _verify_spec_rows(self, m, x: torch.Tensor, b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+        """Conv + recurrence of the speculative rows (tokens in ``spec_query_start_loc`` order)."""
+        n = m.num_spec_decodes
+        slots = _index(m.spec_state_indices_tensor[:n, 0])
+        cu = _index(m.spec_query_start_loc[: n + 1])
+        pending = self._pending(slots, m.num_accepted_tokens[:n])
+        backend = self.ascend_spec.backend
+        y = verify_causal_conv1d(
+            x,
+            self._conv_weight(),
+            self.conv1d.bias,
+            cu_seqlens=cu,
+            conv_state_pool=self._conv_pool(),
+            state_indices=slots,
+            records=self.conv_records,
+            pending=pending,
+            activation=self.activation if self.activation in ("silu", "swish") else None,
+            backend=backend,
+        )
+        tokens = y.size(0)
+        kd, vd = self.key_dim // self.tp_size, self.value_dim // self.tp_size
+        q, k, v = y.split([kd, kd, vd], dim=-1)
+        q = q.reshape(tokens, -1, self.head_k_dim).contiguous()
+        k = k.reshape(tokens, -1, self.head_k_dim).contiguous()
+        v = v.reshape(tokens, -1, self.head_v_dim).contiguous()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        beta = b.float().sigmoid()
+        return verify_gated_delta_rule(
+            q,
+            k,
+            v,
+            g,
+            beta,
+            cu_seqlens=cu,
+            state_pool=self._ssm_pool(),
+            state_indices=slots,
+            records=self.records,
+            pending=pending,
+            scale=self.head_k_dim**-0.5,
+            use_qk_l2norm=True,
+            backend=backend,
+        )

@@ -1,0 +1,257 @@
+"""The register of every point where the plugin changes vLLM: what, why, how, and when it can go.
+
+Nothing here runs at import. :func:`install` (from the ``vllm.general_plugins`` entry point) wraps one method,
+``GPUModelRunner.__init__``; the wrapper reads ``additional_config["ascend_spec"]`` and, only when the plugin is
+enabled there, checks the engine version and applies the other points to that runner. Engines without the key
+run vLLM's own code (their runner calls the original ``__init__`` and nothing else changes).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ascend_spec.vllm.config import AscendSpecConfig, parse_config
+
+logger = logging.getLogger("ascend_spec.vllm")
+
+# Engine versions the patch points were written against and tested on (docs/vllm.md, version matrix).
+SUPPORTED_VLLM_VERSIONS = ("0.32.0",)
+
+
+@dataclass(frozen=True)
+class PatchPoint:
+    name: str
+    target: str
+    what: str
+    why: str
+    how: str
+    remove_when: str
+
+
+PATCH_POINTS: tuple[PatchPoint, ...] = (
+    PatchPoint(
+        name="runner_init",
+        target="vllm.v1.worker.gpu_model_runner.GPUModelRunner.__init__",
+        what="reads additional_config['ascend_spec'], checks the vLLM version, applies the points below",
+        why="V1 has no hook for a plugin to act on one engine's runner; every worker builds its runner here "
+        "(CPUModelRunner and vllm-ascend's NPUModelRunner call it through super())",
+        how="function wrapper installed once by register(); without the key it only calls the original",
+        remove_when="vLLM offers a per-engine runner hook (or the plugin ships its own worker class)",
+    ),
+    PatchPoint(
+        name="gdn_layer",
+        target="vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn.QwenGatedDeltaNetAttention",
+        what="Qwen3.5/Qwen3-Next GDN layers: one state slot per request (num_speculative_blocks=0, conv state "
+        "W-1), speculative rows verified by verify_causal_conv1d + verify_gated_delta_rule with ragged lengths",
+        why="vLLM keeps 1+K state slots, writes a state per draft token and its CPU spec path assumes 1+K tokens "
+        "per row (wrong tokens or a crash with ngram's ragged drafts)",
+        how="PluggableLayer.register_oot(name='QwenGatedDeltaNetAttention') with a subclass that is the in-tree "
+        "layer unless the building engine enables the plugin",
+        remove_when="vLLM verifies GDN drafts with ragged lengths on one state slot (upstream #51869, #53929)",
+    ),
+    PatchPoint(
+        name="gdn_flush",
+        target="GPUModelRunner._update_states (per runner instance)",
+        what="commits pending GDN/conv records of requests that leave the batch (finished, preempted, "
+        "unscheduled) before vLLM drops them",
+        why="deferred commit: a slot's state is complete only after its pending records are replayed",
+        how="instance attribute wrapping the bound method; reads the mamba block table and vLLM's accepted "
+        "counts, then flush_pending on every GDN layer",
+        remove_when="the GDN verify lands in vLLM with its own request-lifecycle hook",
+    ),
+    PatchPoint(
+        name="dflash_proposer",
+        target="vllm.v1.worker.gpu_model_runner.DFlashProposer (module global, during __init__ only)",
+        what="DFlash block inputs (ids, positions, paged slots of block and context) from prepare_block_slots",
+        why="one op and one contract (pages crossed, padding rows) shared with vllm-ascend instead of each "
+        "engine's own expansion kernel",
+        how="the runner picks its proposer class by name inline; the global points at a DFlashProposer "
+        "subclass while the enabled runner's __init__ runs, then is restored",
+        remove_when="V1 grows a drafter factory hook, or vLLM adopts prepare_block_slots",
+    ),
+    PatchPoint(
+        name="startup_log",
+        target="GPUModelRunner.load_model (per runner instance)",
+        what="one log line saying what the plugin switched on (GDN layers verified, proposer, backend)",
+        why="the layers exist only after the model is built",
+        how="instance attribute wrapping the bound method",
+        remove_when="with runner_init",
+    ),
+)
+
+_installed = False
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__).split("+")[0]
+
+
+def check_version() -> None:
+    version = vllm_version()
+    if version not in SUPPORTED_VLLM_VERSIONS:
+        raise RuntimeError(
+            f"additional_config['ascend_spec'] is set but the installed vLLM is {version}; ascend-spec's patch "
+            f"points are written for vLLM {', '.join(SUPPORTED_VLLM_VERSIONS)} and it does not patch other "
+            "versions blind. Remove the key or install a supported vLLM"
+        )
+
+
+def install() -> None:
+    """Wrap ``GPUModelRunner.__init__`` once per process (plugins load in every vLLM process, maybe twice)."""
+    global _installed
+    if _installed:
+        return
+    from vllm.v1.worker import gpu_model_runner
+
+    cls = gpu_model_runner.GPUModelRunner
+    cls.__init__ = _wrap_runner_init(cls.__init__)
+    _installed = True
+
+
+def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(original)
+    def __init__(self, vllm_config, *args: Any, **kwargs: Any) -> None:  # noqa: ANN001
+        settings = parse_config(vllm_config.additional_config)
+        if settings is None:
+            original(self, vllm_config, *args, **kwargs)
+            return
+        check_version()
+        _check_engine(vllm_config, settings)
+        # An engine step must not pay the ops' value checks (host syncs, on by default for CPU tensors): off
+        # in engine processes unless the user sets ASCEND_SPEC_CHECKS (the tests set it to 1).
+        os.environ.setdefault("ASCEND_SPEC_CHECKS", "0")
+        _register_gdn_layer()
+        from vllm.v1.worker import gpu_model_runner
+
+        upstream = gpu_model_runner.DFlashProposer
+        if settings.block_slots:
+            from ascend_spec.vllm.proposer import AscendSpecDFlashProposer
+
+            gpu_model_runner.DFlashProposer = AscendSpecDFlashProposer
+        try:
+            original(self, vllm_config, *args, **kwargs)
+        finally:
+            gpu_model_runner.DFlashProposer = upstream
+        self.ascend_spec = settings
+        _install_runner_hooks(self)
+
+    return __init__
+
+
+def _check_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
+    """Engine settings the patch points need, refused with the setting to change."""
+    if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
+        return
+    if vllm_config.speculative_config is None:
+        return
+    if vllm_config.scheduler_config.async_scheduling:
+        raise ValueError(
+            "additional_config['ascend_spec']['gdn_verify'] on a hybrid target needs synchronous scheduling in "
+            "this release (the GDN flush reads the accepted counts on the host); start the engine with "
+            "async_scheduling=False (--no-async-scheduling) or set 'gdn_verify': false"
+        )
+    if vllm_config.cache_config.mamba_cache_mode != "none":
+        raise ValueError(
+            "additional_config['ascend_spec']['gdn_verify'] needs mamba_cache_mode='none' "
+            f"(enable_prefix_caching=False); got {vllm_config.cache_config.mamba_cache_mode!r}"
+        )
+
+
+_gdn_registered = False
+
+
+def _register_gdn_layer() -> None:
+    global _gdn_registered
+    if _gdn_registered:
+        return
+    from vllm.model_executor.custom_op import PluggableLayer, op_registry_oot
+
+    from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
+
+    if "QwenGatedDeltaNetAttention" not in op_registry_oot:
+        PluggableLayer.register_oot(AscendSpecGDNAttention, name="QwenGatedDeltaNetAttention")
+    _gdn_registered = True
+
+
+def gdn_layers(runner) -> list:  # noqa: ANN001
+    """The runner's GDN layers that verify with the plugin."""
+    from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
+
+    return [
+        layer
+        for layer in runner.compilation_config.static_forward_context.values()
+        if isinstance(layer, AscendSpecGDNAttention) and layer.ascend_spec is not None
+    ]
+
+
+def _mamba_group(runner) -> int | None:  # noqa: ANN001
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    for i, group in enumerate(runner.kv_cache_config.kv_cache_groups):
+        if isinstance(group.kv_cache_spec, MambaSpec):
+            return i
+    return None
+
+
+def _install_runner_hooks(runner) -> None:  # noqa: ANN001
+    update_states = runner._update_states
+    load_model = runner.load_model
+
+    def _update_states_with_flush(self, scheduler_output):  # noqa: ANN001, ANN202
+        _flush_leaving_requests(self, scheduler_output)
+        return update_states(scheduler_output)
+
+    def _load_model_with_log(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+        result = load_model(*args, **kwargs)
+        layers = gdn_layers(self)
+        drafter = getattr(self, "drafter", None)
+        logger.info(
+            "ascend-spec %s on vLLM %s: %d GDN layers verify ragged drafts on one state slot per request; "
+            "drafter %s; %s",
+            _package_version(),
+            vllm_version(),
+            len(layers),
+            type(drafter).__name__ if drafter is not None else "none",
+            self.ascend_spec.describe(),
+        )
+        return result
+
+    runner._update_states = types.MethodType(_update_states_with_flush, runner)
+    runner.load_model = types.MethodType(_load_model_with_log, runner)
+
+
+def _package_version() -> str:
+    from ascend_spec import __version__
+
+    return __version__
+
+
+def _flush_leaving_requests(runner, scheduler_output) -> None:  # noqa: ANN001
+    """Flush every GDN layer's pending records for requests that are about to leave the persistent batch."""
+    import torch
+
+    layers = gdn_layers(runner)
+    if not layers:
+        return
+    batch = runner.input_batch
+    scheduled = scheduler_output.num_scheduled_tokens
+    finished = scheduler_output.finished_req_ids
+    rows = [row for rid, row in batch.req_id_to_index.items() if rid in finished or rid not in scheduled]
+    if not rows:
+        return
+    gid = _mamba_group(runner)
+    if gid is None:
+        return
+    slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, 0].copy()).to(torch.int32)
+    accepted = torch.from_numpy(batch.num_accepted_tokens_cpu[rows].copy()).to(torch.int32)
+    device = layers[0].kv_cache[1].device
+    for layer in layers:
+        layer.flush(slots.to(device), accepted.to(device))

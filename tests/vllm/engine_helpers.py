@@ -1,0 +1,65 @@
+"""Helpers for the engine tests: the prompt set, speculative configs, one engine run, the plain-decoding check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ascend_spec.e2e.cli import builtin_prompts
+from ascend_spec.e2e.engine import EngineRun, EngineSpec, run_isolated
+from ascend_spec.e2e.report import first_divergences
+from ascend_spec.e2e.tiny_models import TinyModels
+
+K = 3
+
+PROMPTS = builtin_prompts(5)
+# Requests of different lengths finish at different times.
+LENGTHS = [20, 14, 24, 9, 17]
+
+
+def speculative(method: str, models: TinyModels, k: int = K) -> dict:
+    if method == "ngram":
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": k,
+            "prompt_lookup_min": 1,
+            "prompt_lookup_max": 3,
+        }
+    if method == "dflash":
+        return {"method": "dflash", "model": str(models.dflash), "num_speculative_tokens": k}
+    return {"method": "mtp", "num_speculative_tokens": k}
+
+
+def run(engine_dir: Path, models: TinyModels, **kwargs) -> EngineRun:
+    """One engine on PROMPTS/LENGTHS (overridable); spec fields and run_engine arguments in kwargs."""
+    spec_fields = {
+        k: kwargs.pop(k)
+        for k in ("speculative", "plugin", "max_num_seqs", "kv_cache_bytes", "extra")
+        if k in kwargs
+    }
+    env = kwargs.pop("env", None)
+    prompts = kwargs.pop("prompts", PROMPTS)
+    kwargs.setdefault("max_tokens", LENGTHS[: len(prompts)])
+    spec = EngineSpec(target=models.target, hybrid=models.hybrid, **spec_fields)
+    result = run_isolated(spec, prompts, work_dir=engine_dir, env=env, **kwargs)
+    assert result.error is None, result.error
+    return result
+
+
+def assert_matches_plain(plain: EngineRun, other: EngineRun, *, allow_ties: bool) -> list:
+    """Token-for-token equality with plain decoding; with ``allow_ties`` a prompt may stop matching only where
+    plain decoding's top-2 logit margin is within bf16 rounding of its top logit (each stop is returned, printed)."""
+    assert [len(t) for t in other.tokens] == [len(t) for t in plain.tokens]
+    stops = []
+    for i, d in enumerate(first_divergences(plain, other)):
+        if d is None:
+            continue
+        assert allow_ties and d.is_tie, (
+            f"prompt {i} diverges from plain decoding at token {d.index} (plain top-2 logits {d.top_logit:.4f}, "
+            f"margin {d.margin:.4f}): "
+            f"plain {plain.tokens[i]} vs {other.tokens[i]}"
+        )
+        stops.append((i, d))
+        print(
+            f"prompt {i}: stopped comparing at token {d.index}, plain top-2 margin {d.margin:.4f} (bf16 tie)"
+        )
+    return stops

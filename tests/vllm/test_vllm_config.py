@@ -1,0 +1,59 @@
+"""The plugin's configuration, its patch register and its version gate (no engine needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ascend_spec.vllm import patches
+from ascend_spec.vllm.config import AscendSpecConfig, parse_config
+
+
+def test_absent_or_disabled_key_leaves_the_plugin_inert() -> None:
+    assert parse_config({}) is None
+    assert parse_config(None) is None
+    assert parse_config({"other": 1}) is None
+    assert parse_config({"ascend_spec": False}) is None
+    assert parse_config({"ascend_spec": {"enabled": False}}) is None
+
+
+def test_settings_are_read() -> None:
+    assert parse_config({"ascend_spec": {}}) == AscendSpecConfig()
+    assert parse_config({"ascend_spec": True}) == AscendSpecConfig()
+    cfg = parse_config({"ascend_spec": {"backend": "triton", "block_slots": False}})
+    assert cfg == AscendSpecConfig(backend="triton", block_slots=False, gdn_verify=True)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"backnd": "triton"}, "unknown key additional_config['ascend_spec']['backnd']"),
+        ({"backend": "cuda"}, "additional_config['ascend_spec']['backend'] must be one of"),
+        (
+            {"gdn_verify": "yes"},
+            "additional_config['ascend_spec']['gdn_verify'] must be true or false; got 'yes'",
+        ),
+        ({"enabled": 1}, "additional_config['ascend_spec']['enabled'] must be true or false; got 1"),
+        ("on", "additional_config['ascend_spec'] must be a dict of settings"),
+    ],
+)
+def test_bad_settings_name_the_key_and_value(raw: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_config({"ascend_spec": raw})
+
+
+def test_every_patch_point_is_registered_with_what_why_how_and_when_it_can_go() -> None:
+    names = [p.name for p in patches.PATCH_POINTS]
+    assert len(names) == len(set(names))
+    assert {"runner_init", "gdn_layer", "gdn_flush", "dflash_proposer"} <= set(names)
+    for point in patches.PATCH_POINTS:
+        for field in ("target", "what", "why", "how", "remove_when"):
+            assert getattr(point, field).strip(), (point.name, field)
+
+
+def test_unsupported_vllm_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vllm
+
+    patches.check_version()  # the installed engine is a supported one
+    monkeypatch.setattr(vllm, "__version__", "0.99.0")
+    with pytest.raises(RuntimeError, match="installed vLLM is 0.99.0"):
+        patches.check_version()
