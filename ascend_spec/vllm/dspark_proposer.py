@@ -41,7 +41,10 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
             )
         settings = parse_config(vllm_config.additional_config)
         if settings is None or not settings.dspark:
-            raise ValueError("AscendSpecDSparkProposer needs additional_config['ascend_spec'] with dspark enabled")
+            raise ValueError(
+                "AscendSpecDSparkProposer needs additional_config['ascend_spec'] with dspark enabled"
+            )
+        _aux_layers_in_dflash_config(spec.draft_model_config.hf_config)
         # DFlashProposer.__init__ asserts method == 'dflash'; its buffers are the ones DSpark needs. The method
         # reads 'dflash' only while that constructor runs (patch register: dspark_proposer_init).
         object.__setattr__(spec, "method", "dflash")
@@ -113,10 +116,14 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
             prev = draft
         self._record_confidences(hidden_states, torch.stack(embeds, dim=1).flatten(0, 1), batch)
         draft_ids = torch.stack(tokens, dim=1).flatten()
-        draft_probs = torch.stack(probs, dim=1).flatten(0, 1) if probabilistic and probs[0] is not None else None
+        draft_probs = (
+            torch.stack(probs, dim=1).flatten(0, 1) if probabilistic and probs[0] is not None else None
+        )
         return draft_ids, draft_probs
 
-    def _record_confidences(self, hidden_states: torch.Tensor, markov_embeds: torch.Tensor, batch: int) -> None:
+    def _record_confidences(
+        self, hidden_states: torch.Tensor, markov_embeds: torch.Tensor, batch: int
+    ) -> None:
         head = self.model.model.confidence_head
         if head is None:  # the checkpoint has no confidence head
             self._num_confident_reqs = None
@@ -133,3 +140,16 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
         if self._num_confident_reqs is None:
             return None
         return self._confidences[: self._num_confident_reqs]
+
+
+def _aux_layers_in_dflash_config(hf_config) -> None:  # noqa: ANN001 - a transformers config
+    """V1's runner reads the target layers feeding the drafter from ``dflash_config.target_layer_ids`` only;
+    DSpark checkpoints may name them ``dspark_target_layer_ids`` or ``target_layer_ids`` (same 0-based
+    semantics, vLLM's V2 reader adds one to each as for DFlash). Copy them there before the runner reads it."""
+    dflash_config = dict(getattr(hf_config, "dflash_config", None) or {})
+    if dflash_config.get("target_layer_ids"):
+        return
+    ids = getattr(hf_config, "dspark_target_layer_ids", None) or getattr(hf_config, "target_layer_ids", None)
+    if ids:
+        dflash_config["target_layer_ids"] = [int(i) for i in ids]
+        hf_config.dflash_config = dflash_config
