@@ -44,6 +44,7 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
             raise ValueError(
                 "AscendSpecDSparkProposer needs additional_config['ascend_spec'] with dspark enabled"
             )
+        _check_drafter(spec.draft_model_config)
         _aux_layers_in_dflash_config(spec.draft_model_config.hf_config)
         # DFlashProposer.__init__ asserts method == 'dflash'; its buffers are the ones DSpark needs. The method
         # reads 'dflash' only while that constructor runs (patch register: dspark_proposer_init).
@@ -140,6 +141,33 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
         if self._num_confident_reqs is None:
             return None
         return self._confidences[: self._num_confident_reqs]
+
+
+# vLLM's DSpark classes whose backbone is DFlash's Qwen3 stack (qwen3_dspark.Qwen3DSparkForCausalLM).
+SUPPORTED_ARCHITECTURES = ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")
+
+
+def _check_drafter(draft_model_config) -> None:  # noqa: ANN001 - vLLM's ModelConfig
+    """Refuse, naming the setting, the DSpark variants this proposer does not draft like V2 does."""
+    archs = list(draft_model_config.architectures or [])
+    if not set(archs) & set(SUPPORTED_ARCHITECTURES):
+        raise ValueError(
+            "additional_config['ascend_spec']['dspark'] runs DSpark drafters of architecture "
+            f"{' or '.join(SUPPORTED_ARCHITECTURES)} on V1; the speculative model "
+            f"{draft_model_config.model!r} resolved to {archs} (DeepSeek-V4, Gemma4 and Kimi DSpark drafters "
+            "run on Model Runner V2 only)"
+        )
+    hf = draft_model_config.hf_config
+    if getattr(hf, "dspark_draft_topk", None) is not None:
+        raise ValueError(
+            f"dspark_draft_topk={hf.dspark_draft_topk} (top-k truncated Markov sampling) is not supported by "
+            "the plugin's V1 DSpark proposer; leave it unset (the full-vocabulary Markov bias is used)"
+        )
+    if not getattr(hf, "sample_from_anchor", True):
+        raise ValueError(
+            "sample_from_anchor=false (the 1+K fill-in block of speculators-format DSpark checkpoints) is not "
+            "supported by the plugin's V1 DSpark proposer; it drafts Q = K positions from the anchor"
+        )
 
 
 def _aux_layers_in_dflash_config(hf_config) -> None:  # noqa: ANN001 - a transformers config

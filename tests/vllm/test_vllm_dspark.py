@@ -153,3 +153,47 @@ def test_dspark_without_the_plugin_is_refused_by_vllm(engine_dir, dense_low_entr
     spec = EngineSpec(target=dense_low_entropy.target, speculative=dspark(dense_low_entropy), plugin=plugin)
     result = run_isolated(spec, PROMPTS[:1], work_dir=engine_dir, max_tokens=4, warmup=False)
     assert result.error is not None and V1_REFUSAL in result.error, result.error
+
+
+def test_seeded_random_sampling_reproduces(engine_dir, dense_low_entropy):
+    """temperature > 0 with greedy drafts (vLLM's default): the rejection sampler draws from the request's
+    seed, so two runs give the same tokens."""
+    first = run(
+        engine_dir,
+        dense_low_entropy,
+        speculative=dspark(dense_low_entropy),
+        plugin={},
+        temperature=0.8,
+        seed=123,
+    )
+    again = run(
+        engine_dir,
+        dense_low_entropy,
+        speculative=dspark(dense_low_entropy),
+        plugin={},
+        temperature=0.8,
+        seed=123,
+    )
+    assert [len(t) for t in first.tokens] == LENGTHS
+    assert first.tokens == again.tokens
+    assert first.num_accepted > 0
+
+
+def test_probabilistic_draft_sampling_completes(engine_dir, dense_low_entropy):
+    """draft_sample_method='probabilistic': the Markov head samples each candidate and hands the rejection sampler
+    [B, K, V] draft probabilities. vLLM's V1 draft sampler draws from the global generator, not the request's
+    seed (upstream DFlash runs do not reproduce either), so only completion and acceptance are asserted."""
+    spec = {**dspark(dense_low_entropy), "draft_sample_method": "probabilistic"}
+    ours = run(engine_dir, dense_low_entropy, speculative=spec, plugin={}, temperature=0.8, seed=123)
+    assert [len(t) for t in ours.tokens] == LENGTHS
+    assert ours.num_accepted > 0
+
+
+def test_a_drafter_that_is_not_qwen3_dspark_is_refused(engine_dir, dense_low_entropy):
+    spec = EngineSpec(
+        target=dense_low_entropy.target,
+        speculative={**dspark(dense_low_entropy), "model": str(dense_low_entropy.dflash)},
+        plugin={},
+    )
+    result = run_isolated(spec, PROMPTS[:1], work_dir=engine_dir, max_tokens=4, warmup=False)
+    assert result.error is not None and "Qwen3DSparkModel" in result.error, result.error
