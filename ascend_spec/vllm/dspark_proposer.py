@@ -59,6 +59,7 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
         self._anchor_token_ids = torch.zeros(self.max_batch_size, dtype=torch.int64, device=device)
         self._confidences = torch.zeros(self.max_batch_size, k, dtype=torch.float32, device=device)
         self._num_confident_reqs: int | None = None
+        self._num_confident_cols = k
 
     @property
     def num_query_per_request(self) -> int:
@@ -130,8 +131,9 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
             self._num_confident_reqs = None
             return
         logits = head(hidden_states, markov_embeds.to(hidden_states.dtype))
-        self._confidences[:batch].copy_(head_confidence(logits).view(batch, self.num_speculative_tokens))
-        self._num_confident_reqs = batch
+        k = self.num_speculative_tokens  # propose() may run with fewer tokens than the engine's K
+        self._confidences[:batch, :k].copy_(head_confidence(logits).view(batch, k))
+        self._num_confident_reqs, self._num_confident_cols = batch, k
 
     def last_confidences(self) -> torch.Tensor | None:
         """``[B, K]`` float32 confidences of the last proposal (``head_confidence`` of the DSpark confidence head,
@@ -140,7 +142,7 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
         proposal overwrites it."""
         if self._num_confident_reqs is None:
             return None
-        return self._confidences[: self._num_confident_reqs]
+        return self._confidences[: self._num_confident_reqs, : self._num_confident_cols]
 
 
 # vLLM's DSpark classes whose backbone is DFlash's Qwen3 stack (qwen3_dspark.Qwen3DSparkForCausalLM).
