@@ -2,7 +2,7 @@
 
 Targets are saved by transformers (so vLLM reads real HF checkpoints): a Qwen3 dense model and a Qwen3.5 hybrid
 (Gated DeltaNet + full attention; GDN head dims 128, the only size vLLM's CPU GDN kernels take). The DFlash
-drafter and the Qwen3.5 MTP head are written as safetensors with the names vLLM's loaders expect.
+and DSpark drafters and the Qwen3.5 MTP head are written as safetensors with the names vLLM's loaders expect.
 
 ``low_entropy=True`` keeps only a few non-zero lm_head rows: the target then picks among few tokens, so drafters
 with random weights still get drafts accepted (tests assert acceptance > 0), and greedy margins are wide.
@@ -32,6 +32,7 @@ class TinyModels:
     dflash: Path
     mtp: bool  # the target checkpoint carries an MTP head (method "mtp" drafts from the target path)
     hybrid: bool
+    dspark: Path | None = None  # a Qwen3DSparkModel drafter (Markov + confidence heads)
 
 
 def _save_json(path: Path, data: dict) -> None:
@@ -174,6 +175,37 @@ def _dflash_drafter(out: Path, *, target_layers: list[int], seed: int) -> None:
     _save_json(out / "config.json", cfg)
 
 
+# DSpark drafters: rank of the Markov head (markov_w1 [V, r], markov_w2 [V, r]).
+DSPARK_MARKOV_RANK = 16
+
+
+def _dspark_drafter(out: Path, *, target_layers: list[int], seed: int) -> None:
+    """A one-layer DSpark drafter in the layout vLLM's ``Qwen3DSparkForCausalLM`` loads: DFlash's backbone
+    (decoder layer, fc over the target's aux hidden states, norms; embeddings and lm_head shared with the
+    target), ``markov_head.markov_w1/w2`` and a float32 ``confidence_head.proj`` over [hidden, markov embed]."""
+    from safetensors.torch import load_file, save_file
+
+    _dflash_drafter(out, target_layers=target_layers, seed=seed + 10)
+    state = load_file(str(out / "model.safetensors"))
+    g = torch.Generator().manual_seed(seed + 11)
+    h, r = HIDDEN_SIZE, DSPARK_MARKOV_RANK
+    # Small transition bias: it changes some greedy choices without drowning the low-entropy target's rows.
+    state["markov_head.markov_w1.weight"] = torch.randn(VOCAB_SIZE, r, generator=g).to(torch.bfloat16)
+    state["markov_head.markov_w2.weight"] = (torch.randn(VOCAB_SIZE, r, generator=g) * 0.1).to(torch.bfloat16)
+    state["confidence_head.proj.weight"] = torch.randn(1, h + r, generator=g) * 0.1
+    state["confidence_head.proj.bias"] = torch.randn(1, generator=g)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((out / "config.json").read_text())
+    cfg.update(
+        architectures=["Qwen3DSparkModel"],
+        markov_rank=r,
+        enable_confidence_head=True,
+        confidence_head_with_markov=True,
+        sample_from_anchor=True,
+    )
+    _save_json(out / "config.json", cfg)
+
+
 def make_tiny_models(root: Path, *, hybrid: bool, low_entropy: bool = False, seed: int = 0) -> TinyModels:
     """Write a target (Qwen3 or the Qwen3.5 hybrid) and a DFlash drafter for it under ``root``; reuse them if
     they already exist (same arguments, same files)."""
@@ -183,15 +215,17 @@ def make_tiny_models(root: Path, *, hybrid: bool, low_entropy: bool = False, see
         + f"_s{seed}_v{GENERATOR_VERSION}"
     )
     base = Path(root) / kind
-    target, dflash = base / "target", base / "dflash"
+    target, dflash, dspark = base / "target", base / "dflash", base / "dspark"
     done = base / "done"
+    layers = [0, 3] if hybrid else [0, 1]
     if not done.exists():
         if hybrid:
             _qwen35_target(target, low_entropy=low_entropy, seed=seed)
-            layers = [0, 3]
         else:
             _qwen3_target(target, low_entropy=low_entropy, seed=seed)
-            layers = [0, 1]
         _dflash_drafter(dflash, target_layers=layers, seed=seed)
         done.write_text("ok")
-    return TinyModels(target=target, dflash=dflash, mtp=hybrid, hybrid=hybrid)
+    if not (dspark / "done").exists():
+        _dspark_drafter(dspark, target_layers=layers, seed=seed)
+        (dspark / "done").write_text("ok")
+    return TinyModels(target=target, dflash=dflash, mtp=hybrid, hybrid=hybrid, dspark=dspark)

@@ -26,6 +26,9 @@ class AscendSpecConfig:
     * ``gdn_verify``: Gated DeltaNet layers of hybrid targets verify drafts with ``verify_causal_conv1d`` +
       ``verify_gated_delta_rule`` (ragged lengths, one state slot per request) instead of vLLM's 1+K slots.
     * ``block_slots``: the DFlash proposer prepares its block inputs with ``prepare_block_slots``.
+    * ``dspark``: ``speculative_config={"method": "dspark"}`` runs on Model Runner V1 (vLLM refuses it there):
+      vLLM's DSpark model class drafts Q = K positions from the anchor, with its Markov and confidence heads;
+      block inputs always come from ``prepare_block_slots`` (docs/vllm.md, DSpark).
     * ``backend``: backend of every op the plugin calls (``auto``: reference on CPU, triton on CUDA, ascendc on
       NPU; ``ASCEND_SPEC_BACKEND`` overrides ``auto`` as for the ops themselves).
     """
@@ -33,12 +36,14 @@ class AscendSpecConfig:
     enabled: bool = True
     gdn_verify: bool = True
     block_slots: bool = True
+    dspark: bool = True
     backend: str = "auto"
 
     def describe(self) -> str:
         parts = [f"backend={self.backend}"]
         parts.append("ragged GDN verification" if self.gdn_verify else "GDN verification off")
         parts.append("DFlash block slots" if self.block_slots else "DFlash block slots off")
+        parts.append("DSpark on V1" if self.dspark else "DSpark off")
         return ", ".join(parts)
 
 
@@ -64,7 +69,7 @@ def parse_config(additional_config: object) -> AscendSpecConfig | None:
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ValueError(f"unknown key {_where(unknown[0])!s}; known keys: {', '.join(sorted(known))}")
-    for key in ("enabled", "gdn_verify", "block_slots"):
+    for key in ("enabled", "gdn_verify", "block_slots", "dspark"):
         if key in raw and not isinstance(raw[key], bool):
             raise ValueError(f"{_where(key)} must be true or false; got {raw[key]!r}")
     if "backend" in raw and raw["backend"] not in BACKENDS:

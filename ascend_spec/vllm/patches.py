@@ -1,9 +1,10 @@
 """The register of every point where the plugin changes vLLM: what, why, how, and when it can go.
 
-Nothing here runs at import. :func:`install` (from the ``vllm.general_plugins`` entry point) wraps one method,
-``GPUModelRunner.__init__``; the wrapper reads ``additional_config["ascend_spec"]`` and, only when the plugin is
-enabled there, checks the engine version and applies the other points to that runner. Engines without the key
-run vLLM's own code (their runner calls the original ``__init__`` and nothing else changes).
+Nothing here runs at import. :func:`install` (from the ``vllm.general_plugins`` entry point) wraps two methods,
+``GPUModelRunner.__init__`` and V1's config check ``VllmConfig._get_v1_model_runner_unsupported_features``; both
+wrappers read ``additional_config["ascend_spec"]`` and, only when the plugin is enabled there, act: the runner's
+checks the engine version and applies the other points to that runner, the check's lets ``dspark`` through.
+Engines without the key run vLLM's own code (the originals are called and nothing else changes).
 """
 
 from __future__ import annotations
@@ -76,6 +77,39 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="V1 grows a drafter factory hook, or vLLM adopts prepare_block_slots",
     ),
     PatchPoint(
+        name="v1_dspark_check",
+        target="vllm.config.VllmConfig._get_v1_model_runner_unsupported_features",
+        what="drops 'dspark speculative decoding' from V1's refusals for an engine whose additional_config "
+        "enables the plugin with 'dspark' on; every other refusal (adaptive verification included) stays",
+        why="vLLM implements DSpark only in Model Runner V2 (GPU, Triton) and refuses it on V1 while building "
+        "the config, before any runner exists; the plugin supplies the V1 drafter",
+        how="method wrapper installed once by register() (plugins load before EngineArgs builds the config); "
+        "without the key, or with 'dspark': false, it returns vLLM's list unchanged",
+        remove_when="vLLM's V1 runner drafts with DSpark itself (or V1 is retired)",
+    ),
+    PatchPoint(
+        name="dspark_proposer",
+        target="vllm.v1.worker.gpu_model_runner.EagleProposer (module global, during __init__ only) and "
+        "GPUModelRunner.use_aux_hidden_state_outputs",
+        what="method 'dspark' drafts with AscendSpecDSparkProposer (vLLM's Qwen3DSparkForCausalLM, Q = K "
+        "queries from the anchor, Markov head, confidence head, prepare_block_slots inputs) fed with the "
+        "target's aux hidden states",
+        why="V1 picks proposers inline and sends 'dspark' (use_eagle() is true for it) to EagleProposer",
+        how="the global points at the DSpark proposer while the enabled runner's __init__ runs, then is "
+        "restored; after __init__ the runner's use_aux_hidden_state_outputs is set as its DFlash branch does",
+        remove_when="V1 grows a drafter factory hook, or vLLM's V1 runner drafts with DSpark itself",
+    ),
+    PatchPoint(
+        name="dspark_proposer_init",
+        target="SpeculativeConfig.method (read by DFlashProposer.__init__)",
+        what="speculative_config.method reads 'dflash' while the DSpark proposer's DFlashProposer.__init__ runs",
+        why="DFlashProposer.__init__ asserts method == 'dflash'; its buffers and draft-config overrides are "
+        "the ones DSpark's parallel stage needs",
+        how="set and restored around super().__init__ in AscendSpecDSparkProposer (ascend_spec/vllm/"
+        "dspark_proposer.py); the proposer's own method is 'dspark'",
+        remove_when="with dspark_proposer",
+    ),
+    PatchPoint(
         name="startup_log",
         target="GPUModelRunner.load_model (per runner instance)",
         what="one log line saying what the plugin switched on (GDN layers verified, proposer, backend)",
@@ -113,7 +147,30 @@ def install() -> None:
 
     cls = gpu_model_runner.GPUModelRunner
     cls.__init__ = _wrap_runner_init(cls.__init__)
+    from vllm.config import VllmConfig
+
+    VllmConfig._get_v1_model_runner_unsupported_features = _wrap_v1_check(
+        VllmConfig._get_v1_model_runner_unsupported_features
+    )
     _installed = True
+
+
+V1_DSPARK_REFUSAL = "dspark speculative decoding"
+
+
+def _wrap_v1_check(original: Callable[..., list[str]]) -> Callable[..., list[str]]:
+    @functools.wraps(original)
+    def _get_v1_model_runner_unsupported_features(self) -> list[str]:  # noqa: ANN001
+        unsupported = original(self)
+        spec = self.speculative_config
+        if spec is None or spec.method != "dspark" or V1_DSPARK_REFUSAL not in unsupported:
+            return unsupported
+        settings = parse_config(self.additional_config)
+        if settings is None or not settings.dspark:
+            return unsupported
+        return [item for item in unsupported if item != V1_DSPARK_REFUSAL]
+
+    return _get_v1_model_runner_unsupported_features
 
 
 def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
@@ -132,18 +189,32 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
         from vllm.v1.worker import gpu_model_runner
 
         upstream = gpu_model_runner.DFlashProposer
+        upstream_eagle = gpu_model_runner.EagleProposer
         if settings.block_slots:
             from ascend_spec.vllm.proposer import AscendSpecDFlashProposer
 
             gpu_model_runner.DFlashProposer = AscendSpecDFlashProposer
+        dspark = _drafts_with_dspark(vllm_config, settings)
+        if dspark:
+            from ascend_spec.vllm.dspark_proposer import AscendSpecDSparkProposer
+
+            gpu_model_runner.EagleProposer = AscendSpecDSparkProposer
         try:
             original(self, vllm_config, *args, **kwargs)
         finally:
             gpu_model_runner.DFlashProposer = upstream
+            gpu_model_runner.EagleProposer = upstream_eagle
+        if dspark and hasattr(self, "drafter"):
+            self.use_aux_hidden_state_outputs = True  # DSpark reads the target's aux hidden states, as DFlash
         self.ascend_spec = settings
         _install_runner_hooks(self)
 
     return __init__
+
+
+def _drafts_with_dspark(vllm_config, settings: AscendSpecConfig) -> bool:  # noqa: ANN001
+    spec = vllm_config.speculative_config
+    return settings.dspark and spec is not None and spec.method == "dspark"
 
 
 def _check_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001

@@ -22,6 +22,13 @@ from ascend_spec.vllm.config import parse_config
 class AscendSpecDFlashProposer(DFlashProposer):
     """``DFlashProposer`` with ``prepare_block_slots`` input preparation (module docstring)."""
 
+    # Block layout: [anchor, mask x K] with candidates read at the masks (DSpark overrides both).
+    sample_from_anchor = False
+
+    @property
+    def num_query_per_request(self) -> int:
+        return 1 + self.num_speculative_tokens
+
     def __init__(self, vllm_config, device, runner=None) -> None:  # noqa: ANN001 - vLLM signature
         super().__init__(vllm_config, device, runner)
         settings = parse_config(vllm_config.additional_config)
@@ -48,7 +55,7 @@ class AscendSpecDFlashProposer(DFlashProposer):
                 num_rejected_tokens_gpu,
             )
         batch = cad.batch_size()
-        q = 1 + self.num_speculative_tokens
+        q = self.num_query_per_request
         qsl = cad.query_start_loc[: batch + 1].to(torch.int64)
         step_lens = qsl[1:] - qsl[:-1]
         accepted = (
@@ -69,6 +76,7 @@ class AscendSpecDFlashProposer(DFlashProposer):
             block_size=self.block_size,
             num_query_tokens=q,
             mask_token_id=int(self.parallel_drafting_token_id),
+            sample_from_anchor=self.sample_from_anchor,
             context_lens=accepted,
             backend=self.ascend_spec.backend,
         )
