@@ -370,6 +370,66 @@ def test_async_controller_one_host_copy_per_step(
         assert spec.host_copies == step
 
 
+def test_a_step_with_fewer_drafts_never_verifies_the_missing_positions(
+    fake_tree, npu_vllm, isolated_plugin, tmp_path: Path
+) -> None:
+    fake_tree()
+    profile = _profile(tmp_path / "profile.json")
+    config = _vllm_config(
+        "dflash", adapter={"dynamic_verify": True, "controller_mode": "sync", "profile": str(profile)}
+    )
+    runner = _runner(config)
+    spec = runner.drafter.dynamic_spec
+    next_ids = torch.tensor([2, 4, 6, 8])  # all peaked: a full block would be verified at K = 4
+    with torch.inference_mode():
+        runner.drafter._propose(
+            num_speculative_tokens=2,
+            target_token_ids=next_ids,
+            target_positions=None,
+            target_hidden_states=None,
+            next_token_ids=next_ids,
+            token_indices_to_sample=None,
+            common_attn_metadata=None,
+            target_model_batch_desc=BatchDescriptor(num_tokens=0, uniform=True),
+            sampling_metadata=None,
+        )
+    runner.drafter.num_speculative_tokens = 4  # the runner's K for the oracle
+    survival = _oracle_survival(runner, next_ids, "dflash")[:, :2]
+    survival = torch.cat([survival, torch.zeros(4, 2, dtype=survival.dtype)], dim=1)
+    total = spec.planner.last_plan.total_budget
+    expected = allocate_verify_budget(survival.float(), total, backend="reference").num_drafts
+    assert spec.num_verify_tokens.tolist() == expected.tolist()
+    assert max(expected.tolist()) <= 2 and total > 0
+
+
+def test_update_only_scores_finish_plans_and_copies() -> None:
+    """update() runs inside the drafter's graph (device work only); finish() plans outside it."""
+
+    class Recording:
+        def __init__(self) -> None:
+            self.seen: list[torch.Tensor] = []
+
+        def plan(self, confidence: torch.Tensor) -> torch.Tensor:
+            self.seen.append(confidence.clone())
+            return (confidence > 0.5).sum(dim=1).to(torch.int32)
+
+    planner = Recording()
+    spec = AscendSpecDynamicSpec(
+        method="dflash", planner=planner, max_batch_size=4, num_speculative_tokens=2, device="cpu"
+    )
+    logits = torch.tensor(
+        [[9.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 9.0, 0.0], [9.0, 0.0, 0.0], [0, 0, 0], [0, 0, 0]]
+    )
+    spec.update(logits=logits)  # 3 rows of K = 2: a padded graph batch of 3 requests
+    assert planner.seen == [] and spec.num_verify_tokens is None and spec.host_copies == 0
+    spec.finish(2)
+    expected = torch.softmax(logits.double(), -1).amax(-1).view(3, 2)[:2].float()
+    assert torch.allclose(planner.seen[0], expected, atol=1e-6)
+    assert spec.num_verify_tokens.tolist() == [1, 2] and spec.host_copies == 1
+    spec.finish(2, num_drafts=0)
+    assert spec.num_verify_tokens.tolist() == [0, 0] and len(planner.seen) == 1
+
+
 # ------------------------------------------------------------------------------------------- draft graphs
 
 
@@ -380,11 +440,11 @@ def test_draft_graphs_use_the_drafters_sizes_whatever_the_target_step(
     from vllm_ascend.compilation import acl_graph
 
     k = 3  # target: 1 + K = 4 tokens per request; DFlash drafter Q = K + 1 = 4
-    target_sizes = (1, 2, 4, 8, 16, 40)
+    target_sizes = (1, 2, 4, 8, 16, 40)  # 40 tokens = 10 requests > max_num_seqs (8): no drafter graph
     runner = _runner(_vllm_config("dflash", k=k, aclgraph=True, capture_sizes=target_sizes))
     acl_graph.set_draft_graph_params(list(target_sizes))
     drafter = runner.drafter
-    assert drafter.draft_graphs.sizes == (4, 8, 16, 40)
+    assert drafter.draft_graphs.sizes == (4, 8, 16)
 
     for size in target_sizes:  # the runner's capture loop hands the drafter the target's descriptors
         drafter.dummy_run(
@@ -394,19 +454,29 @@ def test_draft_graphs_use_the_drafters_sizes_whatever_the_target_step(
             batch_descriptor=BatchDescriptor(num_tokens=size, num_reqs=size, uniform=False),
         )
     captured = set(drafter._runnable.concrete_aclgraph_entries)
-    assert captured == {BatchDescriptor(num_tokens=n, num_reqs=n // 4, uniform=True) for n in (4, 8, 16, 40)}
+    assert captured == {BatchDescriptor(num_tokens=n, num_reqs=n // 4, uniform=True) for n in (4, 8, 16)}
     params = acl_graph.get_draft_graph_params()
-    assert {4, 8, 16, 40} <= set(params.workspaces)
+    assert {4, 8, 16} <= set(params.workspaces)
 
+    assert drafter._runnable.eager_calls == 1  # the 10-request warm-up: above the drafter's graphs
     target = runner.cudagraph_dispatcher
     for uniform in (True, False):  # a uniform and a ragged target step: the same draft graph
         _propose(runner, torch.tensor([2, 7, 4]), uniform=uniform)
         assert drafter._runnable.replays[-1] == BatchDescriptor(num_tokens=16, num_reqs=4, uniform=True)
     assert runner.cudagraph_dispatcher is target and target.calls == []
-    assert drafter._runnable.eager_calls == 0
-
-    _propose(runner, torch.arange(11) * 2)  # 11 x 4 = 44 tokens, above the largest drafter graph: eager
     assert drafter._runnable.eager_calls == 1
+
+    _propose(runner, torch.arange(5) * 2)  # 5 x 4 = 20 tokens, above the largest drafter graph: eager
+    assert drafter._runnable.eager_calls == 2
+
+
+def test_draft_capture_sizes_beyond_max_num_seqs_are_refused(fake_tree, npu_vllm, isolated_plugin) -> None:
+    fake_tree()
+    config = _vllm_config(
+        "dflash", k=3, aclgraph=True, capture_sizes=(8,), adapter={"draft_capture_sizes": [36]}
+    )
+    with pytest.raises(ValueError, match=r"more requests than max_num_seqs=8 at 4 tokens each: \[36\]"):
+        _runner(config)
 
 
 def test_draft_capture_sizes_must_be_whole_requests(fake_tree, npu_vllm, isolated_plugin) -> None:

@@ -19,10 +19,19 @@ from ascend_spec.graph.dispatch import DraftGraphDispatcher, GraphDescriptor
 
 
 def draft_sizes_from_target(
-    target_capture_sizes: Iterable[int], *, target_tokens_per_request: int, draft_tokens_per_request: int
+    target_capture_sizes: Iterable[int],
+    *,
+    target_tokens_per_request: int,
+    draft_tokens_per_request: int,
+    max_requests: int,
 ) -> tuple[int, ...]:
-    """One drafter size (r * Q) per request count r the target captures uniform graphs for (r * (1+K))."""
-    counts = {s // target_tokens_per_request for s in target_capture_sizes if s >= target_tokens_per_request}
+    """One drafter size (r * Q) per request count r <= max_requests the target captures uniform graphs for."""
+    target_capture_sizes = list(target_capture_sizes)
+    counts = {
+        s // target_tokens_per_request
+        for s in target_capture_sizes
+        if target_tokens_per_request <= s <= max_requests * target_tokens_per_request
+    }
     if not counts:
         raise ValueError(
             f"the target captures no graph holding one full request of {target_tokens_per_request} tokens "

@@ -76,7 +76,14 @@ class _AscendSpecProposerMixin:
                 vllm_config.compilation_config.cudagraph_capture_sizes or (),
                 target_tokens_per_request=1 + k,
                 draft_tokens_per_request=q,
+                max_requests=self.max_batch_size,  # type: ignore[attr-defined]
             )
+            too_many = [size for size in sizes if size // q > self.max_batch_size]  # type: ignore[attr-defined]
+            if too_many:
+                raise ValueError(
+                    "additional_config['ascend_spec']['vllm_ascend']['draft_capture_sizes'] hold more requests "
+                    f"than max_num_seqs={self.max_batch_size} at {q} tokens each: {too_many}"  # type: ignore[attr-defined]
+                )
             self.draft_graphs = DraftBatchDispatcher(
                 sizes,
                 tokens_per_request=q,
@@ -103,9 +110,19 @@ class _AscendSpecProposerMixin:
         finally:
             runner.cudagraph_dispatcher = target
 
-    def _propose(self, *args: Any, **kwargs: Any) -> Any:
+    def _propose(self, num_speculative_tokens: int, *args: Any, **kwargs: Any) -> Any:
+        """The draft pass (on the drafter's own graphs), then the verify lengths outside any graph."""
+        spec = getattr(self, "dynamic_spec", None)
+        ours = isinstance(spec, AscendSpecDynamicSpec)
+        if ours and num_speculative_tokens > 0:
+            spec.step_drafts = num_speculative_tokens
         with self._own_graph_dispatch():
-            return super()._propose(*args, **kwargs)  # type: ignore[misc]
+            drafts = super()._propose(num_speculative_tokens, *args, **kwargs)  # type: ignore[misc]
+        if ours:
+            next_ids = kwargs.get("next_token_ids")
+            num_reqs = int(next_ids.shape[0]) if next_ids is not None else int(drafts.shape[0])
+            spec.finish(num_reqs, num_drafts=num_speculative_tokens)
+        return drafts
 
     def dummy_run(
         self,

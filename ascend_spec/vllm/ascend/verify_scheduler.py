@@ -9,9 +9,13 @@ device lengths one ``int()`` per request. :class:`AscendSpecDynamicSpec` keeps t
 
 * confidence: ``max_softmax_confidence`` on DFlash's draft logits (no N x V temporary), or ``head_confidence`` on
   DSpark's confidence head (the head is the draft model's own ``markov_embed`` / ``confidence_logits``);
-* lengths: a :class:`VerifyPlanner` (the seam below) turns the ``[B, K]`` confidences into ``[B]`` draft counts;
-* one pinned, non-blocking device-to-host copy of all B lengths per step; ``num_verify_tokens`` is that host
-  tensor (the runner's per-request ``int()`` then reads host memory).
+* ``update`` only writes the confidences into a static buffer: DFlash's ``update`` runs inside the drafter's
+  FULL ACL graph, where host code runs once at capture and never at replay, so it must be device work at fixed
+  addresses;
+* :meth:`AscendSpecDynamicSpec.finish`, called by the adapter's proposer after the draft pass (outside any
+  graph), hands the real requests' rows to a :class:`VerifyPlanner` (the seam below), which turns the ``[B, K]``
+  confidences into ``[B]`` draft counts, and makes one pinned, non-blocking device-to-host copy of all B lengths;
+  ``num_verify_tokens`` is that host tensor (the runner's per-request ``int()`` then reads host memory).
 
 The seam: :class:`VerifyPlanner` is the one call the adapter makes, ``plan(confidence [B, K]) -> [B] int32``.
 :class:`ControllerVerifyPlanner` is its composition of the project's pieces (``survival_probs`` ->
@@ -110,10 +114,14 @@ class AscendSpecDynamicSpec:
         self.num_speculative_tokens = num_speculative_tokens
         self.device = torch.device(device) if isinstance(device, str) else device
         self.backend = backend
+        self._confidence = torch.zeros(
+            max_batch_size, num_speculative_tokens, dtype=torch.float32, device=self.device
+        )
         self._host = torch.zeros(max_batch_size, dtype=torch.int32, pin_memory=self.device.type != "cpu")
         self._event: Any = None
         self._num_reqs: int | None = None
-        self.host_copies = 0  # device-to-host copies made (one per update)
+        self.host_copies = 0  # device-to-host copies made (one per finished step)
+        self.step_drafts = num_speculative_tokens  # this step's K (vllm-ascend may schedule fewer than K)
 
     # -- the interface vllm-ascend's proposers and runner use -------------------------------------------------
     def update(
@@ -125,12 +133,35 @@ class AscendSpecDynamicSpec:
         draft_token_ids: torch.Tensor | None = None,
         num_reqs: int | None = None,
     ) -> torch.Tensor:
-        """Plan this step's lengths from the drafter's outputs; returns them on the device."""
+        """This step's confidences into the static buffer (graph-safe device work); returns them ``[B', K]``.
+
+        ``B'`` is the draft pass's row count (graph padding included); :meth:`finish` reads the real requests.
+        """
         if self.method == "dflash":
             conf = self.dflash_confidence(logits)
         else:
             conf = self.dspark_confidence(model, last_hidden_states, draft_token_ids, num_reqs)
-        lengths = self.planner.plan(conf)
+        rows, k = conf.shape
+        if rows > self.max_batch_size:
+            raise ValueError(
+                f"the draft pass scored {rows} requests; the scheduler was built for max_batch_size="
+                f"{self.max_batch_size}"
+            )
+        self._confidence[:rows, :k].copy_(conf)
+        self._confidence[:rows, k:].zero_()  # positions not drafted this step: never verified
+        return self._confidence[:rows]
+
+    def finish(self, num_reqs: int, *, num_drafts: int | None = None) -> torch.Tensor:
+        """After the draft pass: plan the lengths of the first ``num_reqs`` requests and copy them to the host.
+
+        ``num_drafts`` is the step's drafted K; 0 (the scheduler asked for no drafts) gives every request 0.
+        """
+        if not 0 < num_reqs <= self.max_batch_size:
+            raise ValueError(f"num_reqs must be in [1, {self.max_batch_size}]; got {num_reqs}")
+        if num_drafts == 0:
+            lengths = torch.zeros(num_reqs, dtype=torch.int32, device=self.device)
+        else:
+            lengths = self.planner.plan(self._confidence[:num_reqs])
         self._publish(lengths)
         return lengths
 
@@ -149,7 +180,7 @@ class AscendSpecDynamicSpec:
         """``logits [B*K, V]`` (the draft block's sampled rows, request-major) -> ``[B, K]``."""
         if logits is None:
             raise ValueError("dynamic_spec.update: DFlash needs logits= (the draft logits [B*K, V])")
-        k = self.num_speculative_tokens
+        k = self.step_drafts
         if logits.dim() != 2 or logits.shape[0] % k:
             raise ValueError(
                 f"logits must be [B*K, V] with K={k} rows per request; got shape {list(logits.shape)}"
@@ -168,7 +199,7 @@ class AscendSpecDynamicSpec:
             raise ValueError(
                 "dynamic_spec.update: DSpark needs model=, last_hidden_states=, draft_token_ids= and num_reqs="
             )
-        k = self.num_speculative_tokens
+        k = self.step_drafts
         rows = num_reqs * k
         if last_hidden_states.shape[0] != rows:
             raise ValueError(
