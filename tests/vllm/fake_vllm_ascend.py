@@ -54,7 +54,7 @@ FILES = {
         class _AscendConfig:
             def __init__(self, additional_config):
                 self.dynamic_spec_config = DynamicSpecConfig((additional_config or {{}}).get("dynamic_spec_config"))
-                self.enable_reduce_sample = False
+                self.enable_reduce_sample = bool((additional_config or {{}}).get("enable_reduce_sample", False))
 
 
         _ASCEND_CONFIG = None

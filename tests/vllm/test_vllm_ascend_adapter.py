@@ -284,6 +284,14 @@ def test_proposers_pass_the_runners_isinstance_checks(fake_tree, npu_vllm, isola
     assert not isinstance(runner.drafter.dynamic_spec, DynamicSpecScheduler)
 
 
+def test_dynamic_verify_refuses_vllm_ascends_reduced_sampling(fake_tree, npu_vllm, isolated_plugin) -> None:
+    fake_tree()
+    config = _vllm_config("dflash", adapter={"dynamic_verify": True})
+    config.additional_config["enable_reduce_sample"] = True
+    with pytest.raises(ValueError, match="enable_reduce_sample"):
+        _runner(config)
+
+
 @torch.inference_mode()  # as the runner's execute_model
 def _propose(runner, next_ids: torch.Tensor, *, uniform: bool = True) -> torch.Tensor:
     return runner.drafter._propose(

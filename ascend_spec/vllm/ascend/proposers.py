@@ -54,6 +54,14 @@ class _AscendSpecProposerMixin:
         adapter = settings.vllm_ascend
         k = self.num_speculative_tokens  # type: ignore[attr-defined]
         if adapter.dynamic_verify:
+            from vllm_ascend.ascend_config import get_ascend_config
+
+            if getattr(get_ascend_config(), "enable_reduce_sample", False):
+                raise ValueError(
+                    "additional_config['ascend_spec']['vllm_ascend']['dynamic_verify'] needs the draft logits, "
+                    "which vllm-ascend's enable_reduce_sample skips (its proposer never calls dynamic_spec.update "
+                    "then); set 'enable_reduce_sample': false or 'dynamic_verify': false"
+                )
             backend = _adapter_backend(settings)
             planner = make_controller_planner(
                 adapter.profile,
