@@ -51,55 +51,64 @@ class _AscendSpecProposerMixin:
         self.draft_graphs = None
         if settings is None:
             return
+        if settings.vllm_ascend.dynamic_verify:
+            self.dynamic_spec = self._verify_scheduler(settings, device)
+        if settings.vllm_ascend.draft_graphs and getattr(self, "use_cuda_graph", False):
+            self.draft_graphs = self._draft_dispatcher(settings, vllm_config, device)
+
+    def _verify_scheduler(self, settings: AscendSpecConfig, device: Any) -> AscendSpecDynamicSpec:
+        from vllm_ascend.ascend_config import get_ascend_config
+
+        if getattr(get_ascend_config(), "enable_reduce_sample", False):
+            raise ValueError(
+                "additional_config['ascend_spec']['vllm_ascend']['dynamic_verify'] needs the draft logits, "
+                "which vllm-ascend's enable_reduce_sample skips (its proposer never calls dynamic_spec.update "
+                "then); set 'enable_reduce_sample': false or 'dynamic_verify': false"
+            )
         adapter = settings.vllm_ascend
         k = self.num_speculative_tokens  # type: ignore[attr-defined]
-        if adapter.dynamic_verify:
-            from vllm_ascend.ascend_config import get_ascend_config
+        backend = _adapter_backend(settings)
+        planner = make_controller_planner(
+            adapter.profile,
+            method=self.method,
+            num_speculative_tokens=k,
+            mode=adapter.controller_mode,
+            backend=backend,
+        )
+        return AscendSpecDynamicSpec(
+            method=self.method,
+            planner=planner,
+            max_batch_size=self.max_batch_size,  # type: ignore[attr-defined]
+            num_speculative_tokens=k,
+            device=device,
+            backend=backend,
+        )
 
-            if getattr(get_ascend_config(), "enable_reduce_sample", False):
-                raise ValueError(
-                    "additional_config['ascend_spec']['vllm_ascend']['dynamic_verify'] needs the draft logits, "
-                    "which vllm-ascend's enable_reduce_sample skips (its proposer never calls dynamic_spec.update "
-                    "then); set 'enable_reduce_sample': false or 'dynamic_verify': false"
-                )
-            backend = _adapter_backend(settings)
-            planner = make_controller_planner(
-                adapter.profile,
-                method=self.method,
-                num_speculative_tokens=k,
-                mode=adapter.controller_mode,
-                backend=backend,
+    def _draft_dispatcher(
+        self, settings: AscendSpecConfig, vllm_config: Any, device: Any
+    ) -> DraftBatchDispatcher:
+        q = self.draft_tokens_per_request()
+        max_reqs = self.max_batch_size  # type: ignore[attr-defined]
+        sizes = settings.vllm_ascend.draft_capture_sizes or draft_sizes_from_target(
+            vllm_config.compilation_config.cudagraph_capture_sizes or (),
+            target_tokens_per_request=1 + self.num_speculative_tokens,  # type: ignore[attr-defined]
+            draft_tokens_per_request=q,
+            max_requests=max_reqs,
+        )
+        too_many = [size for size in sizes if size // q > max_reqs]
+        if too_many:
+            raise ValueError(
+                "additional_config['ascend_spec']['vllm_ascend']['draft_capture_sizes'] hold more requests "
+                f"than max_num_seqs={max_reqs} at {q} tokens each: {too_many}"
             )
-            self.dynamic_spec = AscendSpecDynamicSpec(
-                method=self.method,
-                planner=planner,
-                max_batch_size=self.max_batch_size,  # type: ignore[attr-defined]
-                num_speculative_tokens=k,
-                device=device,
-                backend=backend,
-            )
-        if adapter.draft_graphs and getattr(self, "use_cuda_graph", False):
-            q = self.draft_tokens_per_request()
-            sizes = adapter.draft_capture_sizes or draft_sizes_from_target(
-                vllm_config.compilation_config.cudagraph_capture_sizes or (),
-                target_tokens_per_request=1 + k,
-                draft_tokens_per_request=q,
-                max_requests=self.max_batch_size,  # type: ignore[attr-defined]
-            )
-            too_many = [size for size in sizes if size // q > self.max_batch_size]  # type: ignore[attr-defined]
-            if too_many:
-                raise ValueError(
-                    "additional_config['ascend_spec']['vllm_ascend']['draft_capture_sizes'] hold more requests "
-                    f"than max_num_seqs={self.max_batch_size} at {q} tokens each: {too_many}"  # type: ignore[attr-defined]
-                )
-            self.draft_graphs = DraftBatchDispatcher(
-                sizes,
-                tokens_per_request=q,
-                full_mode=CUDAGraphMode.FULL,
-                none_mode=CUDAGraphMode.NONE,
-                descriptor_cls=BatchDescriptor,
-                device=device,
-            )
+        return DraftBatchDispatcher(
+            sizes,
+            tokens_per_request=q,
+            full_mode=CUDAGraphMode.FULL,
+            none_mode=CUDAGraphMode.NONE,
+            descriptor_cls=BatchDescriptor,
+            device=device,
+        )
 
     def draft_tokens_per_request(self) -> int:
         raise NotImplementedError
