@@ -40,7 +40,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
         name="runner_init",
         target="vllm.v1.worker.gpu_model_runner.GPUModelRunner.__init__",
-        what="reads additional_config['ascend_spec'], checks the vLLM version, applies the points below",
+        what="reads additional_config['ascend_spec'], checks the vLLM version (on vllm-ascend's NPUModelRunner "
+        "the vllm-ascend / vLLM pair of ascend_spec/vllm/ascend/version.py), applies the points below",
         why="V1 has no hook for a plugin to act on one engine's runner; every worker builds its runner here "
         "(CPUModelRunner and vllm-ascend's NPUModelRunner call it through super())",
         how="function wrapper installed once by register(); without the key it only calls the original",
@@ -74,7 +75,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         why="one op and one contract (pages crossed, padding rows) shared with vllm-ascend instead of each "
         "engine's own expansion kernel",
         how="the runner picks its proposer class by name inline; the global points at a DFlashProposer "
-        "subclass while the enabled runner's __init__ runs, then is restored",
+        "subclass while the enabled runner's __init__ runs, then is restored (not on NPU: npu_get_drafter)",
         remove_when="V1 grows a drafter factory hook, or vLLM adopts prepare_block_slots",
     ),
     PatchPoint(
