@@ -9,7 +9,9 @@ everything the plugin switches on.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+
+from ascend_spec.vllm.ascend.settings import VllmAscendSettings, parse_vllm_ascend
 
 CONFIG_KEY = "ascend_spec"
 BACKENDS = ("auto", "reference", "triton", "ascendc")
@@ -31,6 +33,7 @@ class AscendSpecConfig:
       block inputs always come from ``prepare_block_slots`` (docs/vllm.md, DSpark).
     * ``backend``: backend of every op the plugin calls (``auto``: reference on CPU, triton on CUDA, ascendc on
       NPU; ``ASCEND_SPEC_BACKEND`` overrides ``auto`` as for the ops themselves).
+    * ``vllm_ascend``: the vllm-ascend adapter's settings (:mod:`ascend_spec.vllm.ascend.settings`).
     """
 
     enabled: bool = True
@@ -38,6 +41,7 @@ class AscendSpecConfig:
     block_slots: bool = True
     dspark: bool = True
     backend: str = "auto"
+    vllm_ascend: VllmAscendSettings = field(default_factory=VllmAscendSettings)
 
     def describe(self) -> str:
         parts = [f"backend={self.backend}"]
@@ -74,5 +78,7 @@ def parse_config(additional_config: object) -> AscendSpecConfig | None:
             raise ValueError(f"{_where(key)} must be true or false; got {raw[key]!r}")
     if "backend" in raw and raw["backend"] not in BACKENDS:
         raise ValueError(f"{_where('backend')} must be one of {', '.join(BACKENDS)}; got {raw['backend']!r}")
-    config = AscendSpecConfig(**dict(raw))
+    values = dict(raw)
+    values["vllm_ascend"] = parse_vllm_ascend(raw.get("vllm_ascend"))
+    config = AscendSpecConfig(**values)
     return config if config.enabled else None

@@ -79,7 +79,7 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
         )
         if self.ascend_spec is None:
             return
-        if not current_platform.is_cpu():
+        if not self._platform_supported():
             raise ValueError(
                 f"additional_config['ascend_spec']['gdn_verify'] runs on vLLM's CPU engine in this release; "
                 f"platform {current_platform.device_name!r} keeps its GDN state in another layout. Set "
@@ -95,6 +95,10 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
         self.conv_records = None
         _register_op()
         self._forward_method = self._forward_verify
+
+    def _platform_supported(self) -> bool:
+        """Where this layer's state layout is known (vllm-ascend's NPU layer: ascend_spec.vllm.ascend.gdn)."""
+        return current_platform.is_cpu()
 
     # ------------------------------------------------------------------------------------------ state layout
 

@@ -33,13 +33,17 @@ class PatchPoint:
     why: str
     how: str
     remove_when: str
+    written_against: str = "vLLM 0.32.0"
 
+
+_VLLM_ASCEND = "vllm-ascend main 182b75ea84ff13ece27b57391331ef8935410aea (2026-08-22)"
 
 PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
         name="runner_init",
         target="vllm.v1.worker.gpu_model_runner.GPUModelRunner.__init__",
-        what="reads additional_config['ascend_spec'], checks the vLLM version, applies the points below",
+        what="reads additional_config['ascend_spec'], checks the vLLM version (on vllm-ascend's NPUModelRunner "
+        "the vllm-ascend / vLLM pair of ascend_spec/vllm/ascend/version.py), applies the points below",
         why="V1 has no hook for a plugin to act on one engine's runner; every worker builds its runner here "
         "(CPUModelRunner and vllm-ascend's NPUModelRunner call it through super())",
         how="function wrapper installed once by register(); without the key it only calls the original",
@@ -73,7 +77,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         why="one op and one contract (pages crossed, padding rows) shared with vllm-ascend instead of each "
         "engine's own expansion kernel",
         how="the runner picks its proposer class by name inline; the global points at a DFlashProposer "
-        "subclass while the enabled runner's __init__ runs, then is restored",
+        "subclass while the enabled runner's __init__ runs, then is restored (not on NPU: npu_get_drafter)",
         remove_when="V1 grows a drafter factory hook, or vLLM adopts prepare_block_slots",
     ),
     PatchPoint(
@@ -116,6 +120,91 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         why="the layers exist only after the model is built",
         how="instance attribute wrapping the bound method",
         remove_when="with runner_init",
+    ),
+    # -- the vllm-ascend adapter (ascend_spec/vllm/ascend/): NPUModelRunner, on Ascend NPUs only -------------
+    PatchPoint(
+        name="npu_get_drafter",
+        target="vllm_ascend.worker.model_runner_v1.NPUModelRunner._get_drafter",
+        what="enabled NPU runners get the adapter's DFlash / DSpark proposers; other methods and runners keep "
+        "vllm-ascend's",
+        why="NPUModelRunner builds its drafter after vLLM's __init__ (in _set_up_drafter), outside runner_init",
+        how="class-level function wrapper installed by runner_init on the first enabled NPU runner (after the "
+        "vllm-ascend and vLLM versions are checked); without runner.ascend_spec it calls the original",
+        remove_when="vllm-ascend offers a drafter factory hook",
+        written_against=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_dflash_proposer",
+        target="vllm_ascend.spec_decode.dflash_proposer.AscendDflashProposer",
+        what="AscendSpecNPUDflashProposer: ascend-spec's verify scheduler as dynamic_spec, draft graphs on its "
+        "own B x (K+1)",
+        why="the runner type-checks its drafter (isinstance AscendDflashProposer), so the hooks live in a subclass",
+        how="subclass built by npu_get_drafter",
+        remove_when="vllm-ascend runs ascend-spec's scheduler and a separate draft dispatcher itself",
+        written_against=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_dspark_proposer",
+        target="vllm_ascend.spec_decode.dspark_proposer.AscendDSparkProposer",
+        what="AscendSpecNPUDSparkProposer: the confidence head through head_confidence into ascend-spec's verify "
+        "scheduler",
+        why="_set_up_drafter asserts isinstance(drafter, AscendDSparkProposer) for DSpark",
+        how="subclass built by npu_get_drafter (vllm-ascend runs DSpark eagerly on V1: no draft graphs)",
+        remove_when="as npu_dflash_proposer",
+        written_against=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_dynamic_spec",
+        target="vllm_ascend.spec_decode.utils.DynamicSpecScheduler",
+        what="dynamic_spec is AscendSpecDynamicSpec: max_softmax_confidence / head_confidence -> survival_probs "
+        "-> BudgetController.plan -> allocate_verify_budget, one pinned copy of all lengths per step",
+        why="vllm-ascend's scheduler builds an N x V softmax, keeps a threshold budget refreshed by .item() and "
+        "the runner reads its device lengths one int() per request",
+        how="instance attribute set in the proposer subclasses' __init__ (dynamic_verify on); the runner's "
+        "take_draft_token_ids reads num_verify_tokens, a host tensor",
+        remove_when="vllm-ascend adopts the ops and the controller",
+        written_against=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_draft_graph_dispatch",
+        target="vllm_ascend.spec_decode.llm_base_proposer.AscendSpecDecodeBaseProposer._propose",
+        what="the draft pass dispatches its ACL graph on its own B x Q (DraftGraphDispatcher), whatever the "
+        "target's step shape",
+        why="_propose asks runner.cudagraph_dispatcher (the target's): a ragged target step drops the drafter "
+        "out of FULL graphs and pads it to the target's buckets",
+        how="the subclass's _propose runs with runner.cudagraph_dispatcher set to a DraftBatchDispatcher, "
+        "restored after",
+        remove_when="vllm-ascend gives the drafter its own dispatcher (the separate dispatcher it measured +10%)",
+        written_against=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_draft_graph_capture",
+        target="vllm_ascend.spec_decode.dflash_proposer.AscendDflashProposer.dummy_run",
+        what="draft graphs are captured at the drafter's descriptor for the runner's request count",
+        why="the runner's capture passes the target's BatchDescriptor to drafter.dummy_run",
+        how="the subclass's dummy_run maps num_reqs to the drafter's descriptor (FULL runs only)",
+        remove_when="with npu_draft_graph_dispatch",
+        written_against=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_draft_graph_params",
+        target="vllm_ascend.compilation.acl_graph.get_draft_graph_params",
+        what="the draft graph params (keyed by token count) get an entry per drafter size",
+        why="set_draft_graph_params receives the target's capture sizes; FULL draft graphs update params by size",
+        how="missing keys added to the GraphParams dicts before the first draft capture",
+        remove_when="with npu_draft_graph_dispatch",
+        written_against=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_gdn_layer",
+        target="vllm_ascend.ops.gdn.AscendGatedDeltaNetAttention._forward_core",
+        what="GDN speculative rows verified with verify_causal_conv1d + verify_gated_delta_rule (ascendc) on "
+        "one state slot; rows without drafts run vllm-ascend's _forward_core",
+        why="vllm-ascend keeps 1+K state slots per request and skips GDN sequences longer than 16",
+        how="the gdn_layer OOT class is AscendSpecNPUGDNAttention on NPU, which overrides _forward_core (the "
+        "method vllm-ascend's qwen_gdn_attention_core op calls)",
+        remove_when="as gdn_layer",
+        written_against=_VLLM_ASCEND,
     ),
 )
 
@@ -180,21 +269,27 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
         if settings is None:
             original(self, vllm_config, *args, **kwargs)
             return
-        check_version()
+        from ascend_spec.vllm.ascend import is_npu_runner, prepare_npu_runner
+
+        npu = is_npu_runner(self)
+        if npu:
+            prepare_npu_runner()  # vllm-ascend's version matrix, then its hooks
+        else:
+            check_version()
         _check_engine(vllm_config, settings)
         # An engine step must not pay the ops' value checks (host syncs, on by default for CPU tensors): off
         # in engine processes unless the user sets ASCEND_SPEC_CHECKS (the tests set it to 1).
         os.environ.setdefault("ASCEND_SPEC_CHECKS", "0")
-        _register_gdn_layer()
+        _register_gdn_layer(npu=npu)
         from vllm.v1.worker import gpu_model_runner
 
         upstream = gpu_model_runner.DFlashProposer
         upstream_eagle = gpu_model_runner.EagleProposer
-        if settings.block_slots:
+        if settings.block_slots and not npu:  # NPU: the adapter's proposer replaces vLLM's after this
             from ascend_spec.vllm.proposer import AscendSpecDFlashProposer
 
             gpu_model_runner.DFlashProposer = AscendSpecDFlashProposer
-        dspark = _drafts_with_dspark(vllm_config, settings)
+        dspark = not npu and _drafts_with_dspark(vllm_config, settings)  # NPU: the adapter's DSpark proposer
         if dspark:
             from ascend_spec.vllm.dspark_proposer import AscendSpecDSparkProposer
 
@@ -239,16 +334,19 @@ def _check_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN
 _gdn_registered = False
 
 
-def _register_gdn_layer() -> None:
+def _register_gdn_layer(*, npu: bool = False) -> None:
     global _gdn_registered
     if _gdn_registered:
         return
     from vllm.model_executor.custom_op import PluggableLayer, op_registry_oot
 
-    from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
+    if npu:
+        from ascend_spec.vllm.ascend.gdn import AscendSpecNPUGDNAttention as layer_cls
+    else:
+        from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention as layer_cls
 
     if "QwenGatedDeltaNetAttention" not in op_registry_oot:
-        PluggableLayer.register_oot(AscendSpecGDNAttention, name="QwenGatedDeltaNetAttention")
+        PluggableLayer.register_oot(layer_cls, name="QwenGatedDeltaNetAttention")
     _gdn_registered = True
 
 

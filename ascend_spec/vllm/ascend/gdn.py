@@ -1,0 +1,98 @@
+"""Part 1's ragged GDN verification on vllm-ascend's GDN path, with the AscendC kernels.
+
+vllm-ascend does not subclass vLLM's ``QwenGatedDeltaNetAttention``: its worker patch installs
+``AscendGatedDeltaNetAttention``'s ``forward`` / ``_forward_core`` / ``get_state_shape`` / ``get_attn_backend`` on
+the in-tree class (``vllm_ascend/patch/worker/patch_qwen3_5.py``), and its ``forward`` calls the custom op
+``torch.ops.vllm.qwen_gdn_attention_core``, which calls ``layer._forward_core``. The plugin's GDN layer is an OOT
+subclass of the in-tree class (part 1), so on NPU it inherits vllm-ascend's methods; this subclass overrides
+``_forward_core`` only:
+
+* steps without drafts (prefills, plain decodes): vllm-ascend's ``_forward_core``; the rows' slots drop their
+  records (a fresh committed state);
+* speculative rows (0..K drafts each): part 1's ``verify_causal_conv1d`` + ``verify_gated_delta_rule`` on one
+  state slot per request, backend ``ascendc`` unless the config forces another;
+* a step mixing both: the speculative rows as above, the others through vllm-ascend's ``_forward_core`` with the
+  layer's metadata narrowed to them (``spec_sequence_masks`` None, their tokens only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from vllm.forward_context import get_forward_context
+
+from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
+
+
+class AscendSpecNPUGDNAttention(AscendSpecGDNAttention):
+    """Part 1's GDN layer on vllm-ascend's ``_forward_core`` (module docstring)."""
+
+    def __init__(self, config, vllm_config, prefix: str = "", *args, **kwargs) -> None:  # noqa: ANN001
+        super().__init__(config, vllm_config, prefix, *args, **kwargs)
+        if self.ascend_spec is not None and self.ascend_spec.backend == "auto":
+            self.ascend_spec = dataclasses.replace(self.ascend_spec, backend="ascendc")
+
+    def _platform_supported(self) -> bool:
+        from vllm.platforms import current_platform
+
+        return current_platform.device_type == "npu" or super()._platform_supported()
+
+    def _forward_core(
+        self, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, core_attn_out: torch.Tensor
+    ) -> None:
+        if self.ascend_spec is None:
+            return super()._forward_core(mixed_qkv, b, a, core_attn_out)
+        context = get_forward_context()
+        if context.attn_metadata is None:  # profile run
+            return None
+        m = context.attn_metadata[self.prefix]
+        if m.num_actual_tokens == 0:
+            return None
+        self._ensure_records()
+        if m.spec_sequence_masks is None:
+            super()._forward_core(mixed_qkv, b, a, core_attn_out)
+            self._drop_records(m.non_spec_state_indices_tensor[: m.num_decodes + m.num_prefills])
+            return None
+        mixed = m.num_prefills > 0 or m.num_decodes > 0
+        if not mixed:
+            n = m.num_spec_decode_tokens
+            out = self._verify_spec_rows(
+                m, mixed_qkv[:n].contiguous(), b[:n].contiguous(), a[:n].contiguous()
+            )
+            core_attn_out[:n] = out
+            return None
+        spec = m.spec_token_indx
+        out = self._verify_spec_rows(
+            m,
+            mixed_qkv.index_select(0, spec).contiguous(),
+            b.index_select(0, spec).contiguous(),
+            a.index_select(0, spec).contiguous(),
+        )
+        core_attn_out.index_copy_(0, spec, out)
+        self._non_spec_rows(context, m, mixed_qkv, b, a, core_attn_out)
+        self._drop_records(m.prefill_state_indices if hasattr(m, "prefill_state_indices") else None)
+        return None
+
+    def _non_spec_rows(self, context, m, mixed_qkv, b, a, core_attn_out) -> None:  # noqa: ANN001
+        """vllm-ascend's core on the rows without drafts, through metadata that holds only them."""
+        ns = m.non_spec_token_indx
+        narrowed = dataclasses.replace(
+            m,
+            spec_sequence_masks=None,
+            num_spec_decodes=0,
+            num_spec_decode_tokens=0,
+            num_actual_tokens=int(ns.numel()),
+        )
+        out = torch.zeros(
+            (ns.numel(), *core_attn_out.shape[1:]), dtype=core_attn_out.dtype, device=core_attn_out.device
+        )
+        saved = context.attn_metadata
+        context.attn_metadata = {**saved, self.prefix: narrowed}
+        try:
+            super()._forward_core(
+                mixed_qkv.index_select(0, ns), b.index_select(0, ns), a.index_select(0, ns), out
+            )
+        finally:
+            context.attn_metadata = saved
+        core_attn_out.index_copy_(0, ns, out)

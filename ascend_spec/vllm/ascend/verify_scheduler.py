@@ -1,0 +1,226 @@
+"""ascend-spec's replacement for vllm-ascend's ``DynamicSpecScheduler``, and the seam to the engine-side planner.
+
+vllm-ascend's DFlash and DSpark proposers keep a ``dynamic_spec`` object: after drafting they call
+``dynamic_spec.update(logits=...)`` (DFlash) or ``update(model=, last_hidden_states=, draft_token_ids=,
+num_reqs=)`` (DSpark), and the runner's ``take_draft_token_ids`` cuts request b's drafts to
+``dynamic_spec.num_verify_tokens[b]``. Theirs scores with ``max(softmax(logits.float()))`` (an N x V fp32
+temporary), keeps a threshold budget refreshed by an ``.item()`` every 16 steps, and the runner then reads the
+device lengths one ``int()`` per request. :class:`AscendSpecDynamicSpec` keeps that interface and does instead:
+
+* confidence: ``max_softmax_confidence`` on DFlash's draft logits (no N x V temporary), or ``head_confidence`` on
+  DSpark's confidence head (the head is the draft model's own ``markov_embed`` / ``confidence_logits``);
+* ``update`` only writes the confidences into a static buffer: DFlash's ``update`` runs inside the drafter's
+  FULL ACL graph, where host code runs once at capture and never at replay, so it must be device work at fixed
+  addresses;
+* :meth:`AscendSpecDynamicSpec.finish`, called by the adapter's proposer after the draft pass (outside any
+  graph), hands the real requests' rows to a :class:`VerifyPlanner` (the seam below), which turns the ``[B, K]``
+  confidences into ``[B]`` draft counts, and makes one pinned, non-blocking device-to-host copy of all B lengths;
+  ``num_verify_tokens`` is that host tensor (the runner's per-request ``int()`` then reads host memory).
+
+The seam: :class:`VerifyPlanner` is the one call the adapter makes, ``plan(confidence [B, K]) -> [B] int32``.
+:class:`ControllerVerifyPlanner` is its composition of the project's pieces (``survival_probs`` ->
+``BudgetController.plan`` -> ``allocate_verify_budget``); the engine-side dynamic verification (measured cost
+profiles, the V1 scheduler hand-off) provides its planner through the same protocol, and the adapter does not
+duplicate it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from ascend_spec.graph.controller import BudgetController, BudgetPlan
+from ascend_spec.ops import allocate_verify_budget, head_confidence, max_softmax_confidence, survival_probs
+
+METHODS = ("dflash", "dspark")
+
+
+class VerifyPlanner(Protocol):
+    """Per-request draft lengths from per-position confidences; the engine-side controller implements this."""
+
+    def plan(self, confidence: torch.Tensor) -> torch.Tensor:
+        """``confidence [B, K]`` fp32 in [0, 1] -> ``[B]`` int32 drafts to verify, on the same device."""
+        ...
+
+
+class ControllerVerifyPlanner:
+    """survival_probs -> BudgetController.plan (the step's total T) -> allocate_verify_budget (the split)."""
+
+    def __init__(self, controller: BudgetController, *, backend: str = "auto") -> None:
+        self.controller = controller
+        self.backend = backend
+        self.last_plan: BudgetPlan | None = None
+
+    def plan(self, confidence: torch.Tensor) -> torch.Tensor:
+        survival = survival_probs(confidence)
+        plan = self.controller.plan(survival)
+        self.last_plan = plan
+        if plan.allocator == "ops":  # async mode: the controller split with allocate_verify_budget already
+            return plan.num_drafts
+        b, k = survival.shape
+        return allocate_verify_budget(
+            survival, plan.total_budget, max_budget=b * k, backend=self.backend
+        ).num_drafts
+
+
+def make_controller_planner(
+    profile: str,
+    *,
+    method: str,
+    num_speculative_tokens: int,
+    mode: str,
+    backend: str,
+) -> ControllerVerifyPlanner:
+    """The default planner: a BudgetController on the plan profile's target and ``method`` drafter costs."""
+    from ascend_spec.graph.plan_report import _configs_path, load_plan_profile
+
+    plan_profile = load_plan_profile(_configs_path(profile, "profiles"))
+    if method not in plan_profile.drafters:
+        raise ValueError(
+            f"additional_config['ascend_spec']['vllm_ascend']['profile'] {profile!r} has no {method!r} drafter "
+            f"costs; it has {', '.join(sorted(plan_profile.drafters))}"
+        )
+    drafter = plan_profile.drafters[method]
+    controller = BudgetController(
+        drafter.cost_profile(num_speculative_tokens),
+        plan_profile.target,
+        max_drafts=num_speculative_tokens,
+        draft_tokens_per_request=drafter.tokens_per_request(num_speculative_tokens),
+        mode=mode,
+        backend=backend,
+    )
+    return ControllerVerifyPlanner(controller, backend=backend)
+
+
+class AscendSpecDynamicSpec:
+    """Drop-in for ``vllm_ascend.spec_decode.utils.DynamicSpecScheduler`` (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        method: str,
+        planner: VerifyPlanner,
+        max_batch_size: int,
+        num_speculative_tokens: int,
+        device: torch.device | str,
+        backend: str = "auto",
+    ) -> None:
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+        self.method = method
+        self.planner = planner
+        self.max_batch_size = max_batch_size
+        self.num_speculative_tokens = num_speculative_tokens
+        self.device = torch.device(device) if isinstance(device, str) else device
+        self.backend = backend
+        self._confidence = torch.zeros(
+            max_batch_size, num_speculative_tokens, dtype=torch.float32, device=self.device
+        )
+        self._host = torch.zeros(max_batch_size, dtype=torch.int32, pin_memory=self.device.type != "cpu")
+        self._event: Any = None
+        self._num_reqs: int | None = None
+        self.host_copies = 0  # device-to-host copies made (one per finished step)
+        self.step_drafts = num_speculative_tokens  # this step's K (vllm-ascend may schedule fewer than K)
+
+    # -- the interface vllm-ascend's proposers and runner use -------------------------------------------------
+    def update(
+        self,
+        *,
+        logits: torch.Tensor | None = None,
+        model: Any = None,
+        last_hidden_states: torch.Tensor | None = None,
+        draft_token_ids: torch.Tensor | None = None,
+        num_reqs: int | None = None,
+    ) -> torch.Tensor:
+        """This step's confidences into the static buffer (graph-safe device work); returns them ``[B', K]``.
+
+        ``B'`` is the draft pass's row count (graph padding included); :meth:`finish` reads the real requests.
+        """
+        if self.method == "dflash":
+            conf = self.dflash_confidence(logits)
+        else:
+            conf = self.dspark_confidence(model, last_hidden_states, draft_token_ids, num_reqs)
+        rows, k = conf.shape
+        if rows > self.max_batch_size:
+            raise ValueError(
+                f"the draft pass scored {rows} requests; the scheduler was built for max_batch_size="
+                f"{self.max_batch_size}"
+            )
+        self._confidence[:rows, :k].copy_(conf)
+        self._confidence[:rows, k:].zero_()  # positions not drafted this step: never verified
+        return self._confidence[:rows]
+
+    def finish(self, num_reqs: int, *, num_drafts: int | None = None) -> torch.Tensor:
+        """After the draft pass: plan the lengths of the first ``num_reqs`` requests and copy them to the host.
+
+        ``num_drafts`` is the step's drafted K; 0 (the scheduler asked for no drafts) gives every request 0.
+        """
+        if not 0 < num_reqs <= self.max_batch_size:
+            raise ValueError(f"num_reqs must be in [1, {self.max_batch_size}]; got {num_reqs}")
+        if num_drafts == 0:
+            lengths = torch.zeros(num_reqs, dtype=torch.int32, device=self.device)
+        else:
+            lengths = self.planner.plan(self._confidence[:num_reqs])
+        self._publish(lengths)
+        return lengths
+
+    @property
+    def num_verify_tokens(self) -> torch.Tensor | None:
+        """This step's [B] int32 lengths in host memory (None before the first update)."""
+        if self._num_reqs is None:
+            return None
+        if self._event is not None:
+            self._event.synchronize()
+            self._event = None
+        return self._host[: self._num_reqs]
+
+    # -- confidences -----------------------------------------------------------------------------------------
+    def dflash_confidence(self, logits: torch.Tensor | None) -> torch.Tensor:
+        """``logits [B*K, V]`` (the draft block's sampled rows, request-major) -> ``[B, K]``."""
+        if logits is None:
+            raise ValueError("dynamic_spec.update: DFlash needs logits= (the draft logits [B*K, V])")
+        k = self.step_drafts
+        if logits.dim() != 2 or logits.shape[0] % k:
+            raise ValueError(
+                f"logits must be [B*K, V] with K={k} rows per request; got shape {list(logits.shape)}"
+            )
+        return max_softmax_confidence(logits, backend=self.backend).view(-1, k)
+
+    def dspark_confidence(
+        self,
+        model: Any,
+        last_hidden_states: torch.Tensor | None,
+        draft_token_ids: torch.Tensor | None,
+        num_reqs: int | None,
+    ) -> torch.Tensor:
+        """The confidence head on the block's hidden states and the Markov inputs of each position -> [B, K]."""
+        if model is None or last_hidden_states is None or draft_token_ids is None or num_reqs is None:
+            raise ValueError(
+                "dynamic_spec.update: DSpark needs model=, last_hidden_states=, draft_token_ids= and num_reqs="
+            )
+        k = self.step_drafts
+        rows = num_reqs * k
+        if last_hidden_states.shape[0] != rows:
+            raise ValueError(
+                f"last_hidden_states must hold num_reqs * K = {num_reqs} * {k} = {rows} rows (one per drafted "
+                f"position, the anchor-first block); got {last_hidden_states.shape[0]}"
+            )
+        hidden = last_hidden_states.reshape(rows, last_hidden_states.shape[-1])
+        markov = model.markov_embed(draft_token_ids[:num_reqs, :k])
+        markov = markov.reshape(rows, markov.shape[-1]).to(hidden.dtype)
+        return head_confidence(model.confidence_logits(hidden, markov).reshape(num_reqs, k))
+
+    # -- the one host copy -----------------------------------------------------------------------------------
+    def _publish(self, lengths: torch.Tensor) -> None:
+        b = lengths.shape[0]
+        if b > self.max_batch_size:
+            raise ValueError(f"lengths hold {b} requests; the scheduler was built for {self.max_batch_size}")
+        self._host[:b].copy_(lengths, non_blocking=lengths.device.type != "cpu")
+        self.host_copies += 1
+        self._num_reqs = b
+        self._event = None
+        if lengths.device.type in ("npu", "cuda"):
+            mod = torch.cuda if lengths.device.type == "cuda" else torch.npu  # type: ignore[attr-defined]
+            self._event = mod.Event()
+            self._event.record()
