@@ -371,7 +371,7 @@ def test_async_controller_one_host_copy_per_step(
     for step in range(1, 4):
         _propose(runner, next_ids)
         plan = spec.planner.last_plan
-        assert plan.mode == "async" and plan.allocator == "ops"
+        assert plan.mode == "async" and plan.allocator == "ascendc"  # the adapter splits on the NPU backend
         survival = _oracle_survival(runner, next_ids, "dflash").float()
         expected = allocate_verify_budget(survival, plan.total_budget, backend="reference").num_drafts
         assert spec.num_verify_tokens.tolist() == expected.tolist()

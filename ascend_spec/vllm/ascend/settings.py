@@ -34,7 +34,7 @@ class VllmAscendSettings:
     """
 
     dynamic_verify: bool = False
-    profile: str = "seed_ascend910b"
+    profile: str = "talk_ascend910b"
     controller_mode: str = "async"
     draft_graphs: bool = True
     draft_capture_sizes: tuple[int, ...] | None = None
