@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import torch
 
 from ascend_spec.graph.controller import BudgetController, BudgetPlan
-from ascend_spec.ops import allocate_verify_budget, head_confidence, max_softmax_confidence, survival_probs
+from ascend_spec.ops import head_confidence, max_softmax_confidence, survival_probs
 
 METHODS = ("dflash", "dspark")
 
@@ -56,12 +56,9 @@ class ControllerVerifyPlanner:
         survival = survival_probs(confidence)
         plan = self.controller.plan(survival)
         self.last_plan = plan
-        if plan.allocator == "ops":  # async mode: the controller split with allocate_verify_budget already
-            return plan.num_drafts
-        b, k = survival.shape
-        return allocate_verify_budget(
-            survival, plan.total_budget, max_budget=b * k, backend=self.backend
-        ).num_drafts
+        # The controller splits its total with allocate_verify_budget on its backend in both modes (device-side;
+        # plan.allocator names the backend), so the plan's per-request counts are the split.
+        return plan.num_drafts
 
 
 def make_controller_planner(
