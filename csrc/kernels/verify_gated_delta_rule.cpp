@@ -394,17 +394,16 @@ extern "C" __global__ __aicore__ void verify_gated_delta_rule_meta(GM_ADDR cu, G
 #define VERIFY_GDN_META_GM(a) (GM_ADDR)(a).cu, (GM_ADDR)(a).idx, (GM_ADDR)(a).bank, (GM_ADDR)(a).numRecorded
 
 #ifdef ASCEND_SPEC_HOST_MODEL
+#include "ub_fit.h"
+
 extern "C" uint64_t verify_gated_delta_rule_args_bytes() { return sizeof(VerifyGatedDeltaRuleArgs); }
 
 extern "C" int verify_gated_delta_rule_host(uint32_t vectorCores, const VerifyGatedDeltaRuleArgs *args) {
     const VerifyGatedDeltaRuleArgs &a = *args;
-    const int64_t xBytes = ascend_spec::kernel::DtypeBytes(a.xType);
-    VerifyGdnTiling tiling = ascend_spec::ComputeVerifyGdnTiling(a, xBytes, vectorCores);
-    const int64_t need = ascend_spec::VerifyGdnUbBytes(a.dk, tiling.dkP, tiling.tileV, tiling.tileT, xBytes);
-    if (need > a.ubBytes) {
-        AscendC::host_model::GetState().lastError =
-            "the smallest tiling needs " + std::to_string(need) + " bytes of Unified Buffer, above " +
-            std::to_string(a.ubBytes) + " (Dk too large for one state tile)";
+    VerifyGdnTiling tiling = ascend_spec::ComputeVerifyGdnTiling(a, ascend_spec::kernel::DtypeBytes(a.xType), vectorCores);
+    const std::string unfit = ascend_spec::VerifyGdnUbFitError(a, vectorCores);
+    if (!unfit.empty()) {
+        AscendC::host_model::GetState().lastError = unfit;
         return -1;
     }
     if (a.numRows == 0) return 0;
@@ -416,20 +415,21 @@ extern "C" int verify_gated_delta_rule_host(uint32_t vectorCores, const VerifyGa
 // The tiling the host model would launch with for `args` (pointers unused): {tileV, tileT, blockDim, UB bytes}.
 extern "C" void verify_gated_delta_rule_tiling(uint32_t vectorCores, const VerifyGatedDeltaRuleArgs *args,
                                                int64_t *out) {
-    const int64_t xBytes = ascend_spec::kernel::DtypeBytes(args->xType);
-    VerifyGdnTiling t = ascend_spec::ComputeVerifyGdnTiling(*args, xBytes, vectorCores);
+    VerifyGdnTiling t = ascend_spec::ComputeVerifyGdnTiling(*args, ascend_spec::kernel::DtypeBytes(args->xType), vectorCores);
     out[0] = t.tileV;
     out[1] = t.tileT;
     out[2] = t.blockDim;
-    out[3] = ascend_spec::VerifyGdnUbBytes(args->dk, t.dkP, t.tileV, t.tileT, xBytes);
+    out[3] = ascend_spec::VerifyGdnLaunchUbBytes(*args, vectorCores);
 }
 #else
 namespace ascend_spec {
-void verify_gated_delta_rule_impl(void *stream, uint32_t vectorCores, const VerifyGatedDeltaRuleArgs &a) {
+int verify_gated_delta_rule_impl(void *stream, uint32_t vectorCores, const VerifyGatedDeltaRuleArgs &a) {
     VerifyGdnTiling tiling = ComputeVerifyGdnTiling(a, kernel::DtypeBytes(a.xType), vectorCores);
-    if (a.numRows == 0) return;
+    if (VerifyGdnLaunchUbBytes(a, vectorCores) > a.ubBytes) return -1;  // would overrun UB: never launched
+    if (a.numRows == 0) return 0;
     verify_gated_delta_rule<<<tiling.blockDim, nullptr, stream>>>(VERIFY_GDN_GM(a), tiling);
     verify_gated_delta_rule_meta<<<1, nullptr, stream>>>(VERIFY_GDN_META_GM(a), tiling);
+    return 0;
 }
 }  // namespace ascend_spec
 #endif

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "dtype_codes.h"
 #include "kernel_modes.h"
 
 struct VerifyGatedDeltaRuleArgs {
@@ -76,7 +77,7 @@ inline int64_t VerifyGdnUbBytes(int64_t dk, int64_t dkP, int64_t tileV, int64_t 
     return bytes + 14 * 32;                  // alignment slack of the buffers
 }
 
-// xBytes: bytes of one q/k/v element (kernel_utils.h DtypeBytes(a.xType)).
+// xBytes: bytes of one q/k/v element (dtype_codes.h DtypeBytes(a.xType)).
 inline VerifyGdnTiling ComputeVerifyGdnTiling(const VerifyGatedDeltaRuleArgs &a, int64_t xBytes,
                                               uint32_t vectorCores) {
     VerifyGdnTiling t{};
@@ -116,6 +117,15 @@ inline VerifyGdnTiling ComputeVerifyGdnTiling(const VerifyGatedDeltaRuleArgs &a,
     t.unitsPerCore = (units + cores - 1) / cores;
     t.blockDim = static_cast<uint32_t>((units + t.unitsPerCore - 1) / t.unitsPerCore);
     return t;
+}
+
+// Unified Buffer bytes the launch of `a` carves per vector core; above a.ubBytes it cannot run (Dk too large
+// for one [Dk, 16] state tile). Every launcher checks it: the NPU binding (an error naming state_pool), the NPU
+// launcher (refuses, the chip would not) and the host model.
+inline int64_t VerifyGdnLaunchUbBytes(const VerifyGatedDeltaRuleArgs &a, uint32_t vectorCores) {
+    const int64_t xBytes = kernel::DtypeBytes(a.xType);
+    const VerifyGdnTiling t = ComputeVerifyGdnTiling(a, xBytes, vectorCores);
+    return VerifyGdnUbBytes(a.dk, t.dkP, t.tileV, t.tileT, xBytes);
 }
 
 }  // namespace ascend_spec
