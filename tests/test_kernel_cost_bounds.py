@@ -45,7 +45,7 @@ def _check(ratios: dict[str, float], module: Any) -> None:
 
 @pytest.mark.parametrize("dk,dv", [(32, 32), (128, 128)])
 def test_verify_gated_delta_rule_within_its_bound(dk: int, dv: int) -> None:
-    b, n_tok, h, hv = 2, 8, 1, 2
+    b, n_tok, h, hv = 2, 16, 1, 2  # the bench's K + 1 = 16 tokens per row
     inp = gdn_case._inputs(b, n_tok, h, hv, dk, dv, torch.device("cpu"), seed=0)
     pool, rec = gdn_case._state(b, n_tok, hv, dk, dv, h, torch.device("cpu"), seed=1)
 
