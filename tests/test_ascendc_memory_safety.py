@@ -114,3 +114,24 @@ def test_conv_with_a_window_past_the_unified_buffer_names_conv_state_pool() -> N
             pending=torch.zeros(1, dtype=torch.int32), backend="ascendc",
         )  # fmt: skip
     assert torch.equal(pool, before)
+
+
+def test_flushes_past_the_unified_buffer_name_their_op_and_argument() -> None:
+    """The flush launches check the same fit: Dk = 2048 for flush_pending, width 2048 for flush_conv_pending."""
+    from ascend_spec.gdn import flush_pending
+    from ascend_spec.gdn.verify_causal_conv1d import flush_conv_pending
+
+    pool = torch.zeros(2, 1, 2048, 16)
+    records = allocate_records(2, 4, 1, 2048, 16, num_k_heads=1)
+    records.num_recorded.fill_(2)
+    with pytest.raises(
+        RuntimeError, match=r"flush_pending: state_pool: Dk = state_pool.shape\[2\] = 2048 needs"
+    ):
+        flush_pending(pool, torch.tensor([1], dtype=torch.int32), records, torch.ones(1, dtype=torch.int32),
+                      backend="ascendc")  # fmt: skip
+    conv_pool = torch.zeros(2, 16, 2047)
+    conv_records = allocate_conv_records(2, 4, 16, 2048, dtype=torch.float32)
+    conv_records.num_recorded.fill_(2)
+    with pytest.raises(RuntimeError, match=r"flush_conv_pending: conv_state_pool: width = .* = 2048 needs"):
+        flush_conv_pending(conv_pool, torch.tensor([1], dtype=torch.int32), conv_records,
+                           torch.ones(1, dtype=torch.int32), backend="ascendc")  # fmt: skip

@@ -29,7 +29,7 @@ inline std::string VerifyGdnUbFitError(const VerifyGatedDeltaRuleArgs &a, uint32
 inline std::string VerifyConv1dUbFitError(const VerifyCausalConv1dArgs &a, uint32_t vectorCores) {
     const int64_t need = VerifyConv1dLaunchUbBytes(a, vectorCores);
     if (need <= a.ubBytes) return "";
-    return UbFitError(a.mode == kModeVerify ? "verify_causal_conv1d" : "flush_pending",
+    return UbFitError(a.mode == kModeVerify ? "verify_causal_conv1d" : "flush_conv_pending",
                       "conv_state_pool: width = conv_state_pool.shape[2] + 1 = " + std::to_string(a.width), need,
                       a.ubBytes);
 }
