@@ -20,10 +20,12 @@ void max_softmax_partials_impl(void *stream, uint32_t vectorCores, const MaxSoft
 
 void allocate_verify_budget_impl(void *stream, uint32_t vectorCores, const AllocateVerifyBudgetArgs &args);
 
-// args.mode: kModeVerify or kModeFlush (csrc/kernels/kernel_modes.h).
-void verify_gated_delta_rule_impl(void *stream, uint32_t vectorCores, const VerifyGatedDeltaRuleArgs &args);
+// args.mode: kModeVerify or kModeFlush (csrc/kernels/kernel_modes.h). 0: launched; -1: refused, the tiling does
+// not fit args.ubBytes (VerifyGdnLaunchUbBytes; the binding reports it before queueing the launch).
+int verify_gated_delta_rule_impl(void *stream, uint32_t vectorCores, const VerifyGatedDeltaRuleArgs &args);
 
-// args.mode: kModeVerify, kModeFlush or kModeFlushAndReset.
-void verify_causal_conv1d_impl(void *stream, uint32_t vectorCores, const VerifyCausalConv1dArgs &args);
+// args.mode: kModeVerify, kModeFlush or kModeFlushAndReset. 0: launched; -1: refused, the tiling does not fit
+// args.ubBytes (VerifyConv1dLaunchUbBytes; the binding reports it before queueing the launch).
+int verify_causal_conv1d_impl(void *stream, uint32_t vectorCores, const VerifyCausalConv1dArgs &args);
 
 }  // namespace ascend_spec

@@ -1,9 +1,12 @@
 // Registers the AscendC kernels as torch.ops._C_ascend_spec.npu_* for NPU tensors (PrivateUse1). Shapes and
-// dtypes were validated by the Python wrappers (ascend_spec/<pkg>/<op>/ascendc.py); this layer allocates outputs,
-// reads the vector core count and launches on the current stream through OpCommand, as vllm-ascend does.
+// dtypes were validated by the Python wrappers (ascend_spec/<pkg>/<op>/ascendc.py); this layer sets the tensors'
+// device (an NPU device guard, as vllm-ascend wraps its ops: core count, UB size, outputs and stream all belong to
+// the inputs' device, not to whichever device is current), allocates outputs, refuses a tiling that does not fit
+// the Unified Buffer (the chip would not) and launches on that device's current stream through OpCommand.
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <torch_npu/csrc/core/npu/NPUGuard.h>
 #include <torch_npu/csrc/core/npu/NPUStream.h>
 #include <torch_npu/csrc/framework/OpCommand.h>
 
@@ -11,6 +14,7 @@
 #include "ops.h"
 #include "ops_outputs.h"
 #include "ops_schema.h"
+#include "kernels/ub_fit.h"
 #include "tiling/platform/platform_ascendc.h"
 
 namespace ascend_spec {
@@ -44,18 +48,19 @@ int64_t DtypeCode(const at::Tensor &t, const char *name) {
 
 void *PtrOrNull(const c10::optional<at::Tensor> &t) { return t.has_value() ? t->data_ptr() : nullptr; }
 
-// Runs `launch` on the current NPU stream through OpCommand (task queue aware), as vllm-ascend does.
+// Runs `launch` (0: launched) on the current stream of `device` through OpCommand (task queue aware), as
+// vllm-ascend does. Call it under the op's device guard.
 template <typename F>
-void RunOnStream(const char *name, F launch) {
-    aclrtStream stream = c10_npu::getCurrentNPUStream().stream();
+void RunOnStream(const char *name, const at::Device &device, F launch) {
+    aclrtStream stream = c10_npu::getCurrentNPUStream(device.index()).stream();
     at_npu::native::OpCommand cmd;
     cmd.Name(name);
-    cmd.SetCustomHandler([stream, launch]() -> int {
-        launch(stream);
-        return 0;
-    });
+    cmd.SetCustomHandler([stream, launch]() -> int { return launch(stream); });
     cmd.Run();
 }
+
+// A launch whose tiling does not fit the Unified Buffer fails here, naming the argument, before it is queued.
+void CheckUbFit(const std::string &unfit) { TORCH_CHECK(unfit.empty(), unfit); }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 npu_prepare_block_slots(const at::Tensor &anchor_token_ids, const at::Tensor &anchor_positions,
@@ -63,6 +68,7 @@ npu_prepare_block_slots(const at::Tensor &anchor_token_ids, const at::Tensor &an
                         const at::Tensor &context_start_loc, int64_t total_context, int64_t block_size,
                         int64_t num_query_tokens, int64_t mask_token_id, bool sample_from_anchor,
                         int64_t num_padded_reqs) {
+    const c10_npu::OptionalNPUGuard device_guard(anchor_token_ids.device());
     TORCH_CHECK(anchor_positions.scalar_type() == at::kLong, "anchor_positions must be int64");
     TORCH_CHECK(block_table.scalar_type() == at::kInt, "block_table must be int32");
     TORCH_CHECK(context_start_loc.scalar_type() == at::kInt, "context_start_loc must be int32");
@@ -100,11 +106,15 @@ npu_prepare_block_slots(const at::Tensor &anchor_token_ids, const at::Tensor &an
     a.maskTokenId = mask_token_id;
     a.totalContext = total_context;
     const uint32_t cores = VectorCoreNum();
-    RunOnStream("prepare_block_slots", [=](aclrtStream stream) { prepare_block_slots_impl(stream, cores, a); });
+    RunOnStream("prepare_block_slots", anchor_token_ids.device(), [=](aclrtStream stream) {
+        prepare_block_slots_impl(stream, cores, a);
+        return 0;
+    });
     return outs;
 }
 
 std::tuple<at::Tensor, at::Tensor> npu_max_softmax_partials(const at::Tensor &logits, double inv_temperature) {
+    const c10_npu::OptionalNPUGuard device_guard(logits.device());
     TORCH_CHECK(logits.dim() == 2 && logits.stride(1) == 1, "logits must be [N, V] with a contiguous vocab axis");
     auto [row_max, row_sum] = EmptyMaxSoftmaxPartials(logits);
     const int64_t n = logits.size(0), v = logits.size(1);
@@ -119,13 +129,17 @@ std::tuple<at::Tensor, at::Tensor> npu_max_softmax_partials(const at::Tensor &lo
     a.rowStride = n > 1 ? logits.stride(0) : v;
     a.invTemperature = static_cast<float>(inv_temperature);
     const uint32_t cores = VectorCoreNum();
-    RunOnStream("max_softmax_partials", [=](aclrtStream stream) { max_softmax_partials_impl(stream, cores, a); });
+    RunOnStream("max_softmax_partials", logits.device(), [=](aclrtStream stream) {
+        max_softmax_partials_impl(stream, cores, a);
+        return 0;
+    });
     return {row_max, row_sum};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_allocate_verify_budget(
     const at::Tensor &survival, const c10::optional<at::Tensor> &capacities, const c10::optional<at::Tensor> &budget,
     int64_t budget_value, int64_t max_budget) {
+    const c10_npu::OptionalNPUGuard device_guard(survival.device());
     TORCH_CHECK(survival.scalar_type() == at::kFloat && survival.is_contiguous(), "survival must be contiguous fp32");
     auto [num_drafts, query_lens, query_start_loc, draft_index] = EmptyVerifyAllocation(survival, max_budget);
     AllocateVerifyBudgetArgs a{};
@@ -143,7 +157,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> npu_allocate_verify_b
     a.budgetInMemory = budget.has_value();
     a.hasCap = capacities.has_value();
     const uint32_t cores = VectorCoreNum();
-    RunOnStream("allocate_verify_budget", [=](aclrtStream stream) { allocate_verify_budget_impl(stream, cores, a); });
+    RunOnStream("allocate_verify_budget", survival.device(), [=](aclrtStream stream) {
+        allocate_verify_budget_impl(stream, cores, a);
+        return 0;
+    });
     return {num_drafts, query_lens, query_start_loc, draft_index};
 }
 
@@ -181,6 +198,7 @@ at::Tensor npu_verify_gated_delta_rule(const at::Tensor &q, const at::Tensor &k,
                                        at::Tensor &state_pool, at::Tensor &rec_k, at::Tensor &rec_g,
                                        at::Tensor &rec_u, at::Tensor &bank, at::Tensor &num_recorded, double scale,
                                        bool use_qk_l2norm) {
+    const c10_npu::OptionalNPUGuard device_guard(state_pool.device());
     TORCH_CHECK(cu_seqlens.scalar_type() == at::kInt && state_indices.scalar_type() == at::kInt &&
                     pending.scalar_type() == at::kInt && cu_seqlens.is_contiguous() &&
                     state_indices.is_contiguous() && pending.is_contiguous(),
@@ -202,18 +220,23 @@ at::Tensor npu_verify_gated_delta_rule(const at::Tensor &q, const at::Tensor &k,
     a.useL2norm = use_qk_l2norm;
     a.scale = static_cast<float>(scale);
     const uint32_t cores = VectorCoreNum();
-    RunOnStream("verify_gated_delta_rule", [=](aclrtStream stream) { verify_gated_delta_rule_impl(stream, cores, a); });
+    CheckUbFit(VerifyGdnUbFitError(a, cores));
+    RunOnStream("verify_gated_delta_rule", state_pool.device(),
+                [=](aclrtStream stream) { return verify_gated_delta_rule_impl(stream, cores, a); });
     return o;
 }
 
 void npu_flush_gated_delta_rule(const at::Tensor &state_indices, const at::Tensor &pending, at::Tensor &state_pool,
                                 const at::Tensor &rec_k, const at::Tensor &rec_g, const at::Tensor &rec_u,
                                 const at::Tensor &bank, at::Tensor &num_recorded) {
+    const c10_npu::OptionalNPUGuard device_guard(state_pool.device());
     if (state_indices.size(0) == 0) return;
     VerifyGatedDeltaRuleArgs a =
         GdnStateArgs(state_indices, pending, state_pool, rec_k, rec_g, rec_u, bank, num_recorded, kModeFlush);
     const uint32_t cores = VectorCoreNum();
-    RunOnStream("flush_gated_delta_rule", [=](aclrtStream stream) { verify_gated_delta_rule_impl(stream, cores, a); });
+    CheckUbFit(VerifyGdnUbFitError(a, cores));
+    RunOnStream("flush_gated_delta_rule", state_pool.device(),
+                [=](aclrtStream stream) { return verify_gated_delta_rule_impl(stream, cores, a); });
 }
 
 // The state, records and row tensors both conv ops pass; the token inputs stay null in the flushes.
@@ -242,6 +265,7 @@ at::Tensor npu_verify_causal_conv1d(const at::Tensor &x, const at::Tensor &weigh
                                     const c10::optional<at::Tensor> &bias, const at::Tensor &cu_seqlens,
                                     at::Tensor &conv_state_pool, const at::Tensor &state_indices, at::Tensor &rec_x,
                                     at::Tensor &num_recorded, const at::Tensor &pending, bool silu) {
+    const c10_npu::OptionalNPUGuard device_guard(conv_state_pool.device());
     TORCH_CHECK(conv_state_pool.is_contiguous(), "conv_state_pool must be contiguous for the NPU kernel");
     TORCH_CHECK(cu_seqlens.scalar_type() == at::kInt && state_indices.scalar_type() == at::kInt &&
                     cu_seqlens.is_contiguous() && state_indices.is_contiguous(),
@@ -260,19 +284,24 @@ at::Tensor npu_verify_causal_conv1d(const at::Tensor &x, const at::Tensor &weigh
     a.hasBias = bias.has_value();
     a.silu = silu;
     const uint32_t cores = VectorCoreNum();
-    RunOnStream("verify_causal_conv1d", [=](aclrtStream stream) { verify_causal_conv1d_impl(stream, cores, a); });
+    CheckUbFit(VerifyConv1dUbFitError(a, cores));
+    RunOnStream("verify_causal_conv1d", conv_state_pool.device(),
+                [=](aclrtStream stream) { return verify_causal_conv1d_impl(stream, cores, a); });
     return y;
 }
 
 void npu_flush_conv_pending(at::Tensor &conv_state_pool, const at::Tensor &state_indices, const at::Tensor &rec_x,
                             at::Tensor &num_recorded, at::Tensor &pending, bool reset_pending) {
+    const c10_npu::OptionalNPUGuard device_guard(conv_state_pool.device());
     TORCH_CHECK(conv_state_pool.is_contiguous() && pending.is_contiguous(),
                 "conv_state_pool and pending must be contiguous for the NPU kernel");
     if (state_indices.size(0) == 0) return;
     VerifyCausalConv1dArgs a = ConvStateArgs(conv_state_pool, state_indices, rec_x, num_recorded, pending,
                                              reset_pending ? kModeFlushAndReset : kModeFlush);
     const uint32_t cores = VectorCoreNum();
-    RunOnStream("flush_conv_pending", [=](aclrtStream stream) { verify_causal_conv1d_impl(stream, cores, a); });
+    CheckUbFit(VerifyConv1dUbFitError(a, cores));
+    RunOnStream("flush_conv_pending", conv_state_pool.device(),
+                [=](aclrtStream stream) { return verify_causal_conv1d_impl(stream, cores, a); });
 }
 
 }  // namespace ascend_spec

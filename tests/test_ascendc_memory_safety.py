@@ -7,6 +7,9 @@ model's stricter rules (docs/host_model.md): each test fails on the kernel befor
   are now shifted into the normal floats, so survival values of 0 and subnormals select as the reference does.
 * prepare_block_slots wrote query_start_loc one entry past its 1024-entry UB tile when a core owned >= 1024
   padded requests.
+* the GDN and conv launchers never checked that their tiling fits UB (the chip does not either): a Dk or a conv
+  width too large for the smallest tile is refused with an error naming the argument (the NPU binding and the
+  NPU launchers check the same ub_fit.h functions: tests/test_npu_binding.py).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import pytest
 import torch
 
 from ascend_spec.ascendc import host_model
+from ascend_spec.gdn import allocate_records, verify_gated_delta_rule
+from ascend_spec.gdn.verify_causal_conv1d import allocate_conv_records, verify_causal_conv1d
 from ascend_spec.ops import allocate_verify_budget, prepare_block_slots
 from ascend_spec.ops.allocate_verify_budget.ascendc import SELECT_SCRATCH_OFFSET, ub_bytes_needed
 
@@ -67,3 +72,66 @@ def test_block_slots_with_1024_padded_requests_per_core() -> None:
     want = prepare_block_slots(ids, pos, table, **kw, backend="reference")
     for field in ("input_ids", "positions", "slot_mapping", "query_start_loc", "seq_lens", "sample_indices"):
         assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+def test_gdn_with_a_state_tile_past_the_unified_buffer_names_state_pool() -> None:
+    """Dk = 2048: even a [2048, 16] fp32 state tile with 4-token chunks needs more than the core's UB."""
+    t, dk, dv = 3, 2048, 16
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(t, 1, dk, generator=gen), torch.randn(t, 1, dk, generator=gen)
+    v, g, beta = (
+        torch.randn(t, 1, dv, generator=gen),
+        -torch.rand(t, 1, generator=gen),
+        torch.rand(t, 1, generator=gen),
+    )
+    pool = torch.zeros(2, 1, dk, dv)
+    with pytest.raises(
+        RuntimeError,
+        match=r"verify_gated_delta_rule: state_pool: Dk = state_pool.shape\[2\] = 2048 needs \d+ bytes of Unified Buffer .* above the 196352",
+    ):
+        verify_gated_delta_rule(
+            q, k, v, g, beta, cu_seqlens=torch.tensor([0, 3], dtype=torch.int32), state_pool=pool,
+            state_indices=torch.tensor([1], dtype=torch.int32), records=allocate_records(2, 4, 1, dk, dv, num_k_heads=1),
+            pending=torch.zeros(1, dtype=torch.int32), backend="ascendc",
+        )  # fmt: skip
+    assert torch.count_nonzero(pool) == 0
+
+
+def test_conv_with_a_window_past_the_unified_buffer_names_conv_state_pool() -> None:
+    """Width 2048: 16 channels of 2047-token windows need more than the core's UB."""
+    c, w = 16, 2048
+    gen = torch.Generator().manual_seed(0)
+    pool = torch.randn(2, c, w - 1, generator=gen)
+    before = pool.clone()
+    with pytest.raises(
+        RuntimeError,
+        match=r"verify_causal_conv1d: conv_state_pool: width = conv_state_pool.shape\[2\] \+ 1 = 2048 needs \d+ bytes of Unified Buffer .* above the 196352",
+    ):
+        verify_causal_conv1d(
+            torch.randn(3, c, generator=gen), torch.randn(c, w, generator=gen), None,
+            cu_seqlens=torch.tensor([0, 3], dtype=torch.int32), conv_state_pool=pool,
+            state_indices=torch.tensor([1], dtype=torch.int32), records=allocate_conv_records(2, 4, c, w, dtype=torch.float32),
+            pending=torch.zeros(1, dtype=torch.int32), backend="ascendc",
+        )  # fmt: skip
+    assert torch.equal(pool, before)
+
+
+def test_flushes_past_the_unified_buffer_name_their_op_and_argument() -> None:
+    """The flush launches check the same fit: Dk = 2048 for flush_pending, width 2048 for flush_conv_pending."""
+    from ascend_spec.gdn import flush_pending
+    from ascend_spec.gdn.verify_causal_conv1d import flush_conv_pending
+
+    pool = torch.zeros(2, 1, 2048, 16)
+    records = allocate_records(2, 4, 1, 2048, 16, num_k_heads=1)
+    records.num_recorded.fill_(2)
+    with pytest.raises(
+        RuntimeError, match=r"flush_pending: state_pool: Dk = state_pool.shape\[2\] = 2048 needs"
+    ):
+        flush_pending(pool, torch.tensor([1], dtype=torch.int32), records, torch.ones(1, dtype=torch.int32),
+                      backend="ascendc")  # fmt: skip
+    conv_pool = torch.zeros(2, 16, 2047)
+    conv_records = allocate_conv_records(2, 4, 16, 2048, dtype=torch.float32)
+    conv_records.num_recorded.fill_(2)
+    with pytest.raises(RuntimeError, match=r"flush_conv_pending: conv_state_pool: width = .* = 2048 needs"):
+        flush_conv_pending(conv_pool, torch.tensor([1], dtype=torch.int32), conv_records,
+                           torch.ones(1, dtype=torch.int32), backend="ascendc")  # fmt: skip

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from ascend_spec.ascendc.cost_model import Minimum
+
 
 @dataclass
 class BenchContext:
@@ -31,16 +33,17 @@ class BenchContext:
     def time(self, fn: Callable[[], Any]) -> float:
         return measure_ms(fn, self.device, warmup=self.warmup, repeats=self.repeats)
 
-    def instruction_counts(self, fn: Callable[[], Any]) -> dict[str, int]:
+    def instruction_counts(self, fn: Callable[[], Any], minimum: Minimum | None = None) -> dict[str, float]:
         """What one ``fn()`` issued through the AscendC host model (``hm_*`` metrics), or nothing when it did
-        not run there (other backends, a real NPU). Counts, not time: see docs/host_model.md."""
-        from ascend_spec.ascendc import host_model
+        not run there (other backends, a real NPU). With the launch's analytical ``minimum``, also its estimated
+        A2 time, the minimum's and their ratios (ascend_spec/ascendc/cost_model.py; docs/host_model.md)."""
+        from ascend_spec.ascendc import cost_model, host_model
 
         with host_model.count_instructions() as counts:
             fn()
         if not counts["launches"]:
             return {}
-        return {
+        out: dict[str, float] = {
             "hm_vector_instructions": counts["vector_instructions"],
             "hm_vector_repeats": counts["vector_repeats"],
             "hm_scalar_ub_accesses": counts["scalar_ub_reads"] + counts["scalar_ub_writes"],
@@ -48,6 +51,9 @@ class BenchContext:
             "hm_dma_bursts": counts["mte2_bursts"] + counts["mte3_bursts"] + counts["ub_copy_bursts"],
             "hm_dma_bytes": counts["mte2_bytes"] + counts["mte3_bytes"] + counts["ub_copy_bytes"],
         }
+        if minimum is not None:
+            out.update(cost_model.report(counts, minimum, host_model.soc_spec().vector_cores))
+        return out
 
 
 @dataclass

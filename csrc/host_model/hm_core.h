@@ -135,11 +135,20 @@ inline void CheckGm(const void *ptr, uint64_t bytes, const char *what) {
 
 inline uint64_t AlignUp(uint64_t value, uint64_t align) { return (value + align - 1) / align * align; }
 
-// One vector instruction over `bytes` of its widest operand.
+// A count-form vector call over `bytes` of its widest operand: the API issues it as instructions of at most 255
+// repeats (the 8-bit repeat field), so one call over more than 255 x 256 bytes counts as several.
 inline void CountVector(uint64_t bytes) {
     Counters &c = GetState().counters;
+    const int64_t repeats = static_cast<int64_t>((bytes + kRepeatBytes - 1) / kRepeatBytes);
+    c.vectorInstructions += repeats > 255 ? (repeats + 254) / 255 : 1;
+    c.vectorRepeats += repeats;
+}
+
+// One repeat-form (level-0) vector instruction of `repeats` repeats.
+inline void CountVectorRepeats(uint64_t repeats) {
+    Counters &c = GetState().counters;
     c.vectorInstructions += 1;
-    c.vectorRepeats += static_cast<int64_t>((bytes + kRepeatBytes - 1) / kRepeatBytes);
+    c.vectorRepeats += static_cast<int64_t>(repeats);
 }
 enum class Dma { GmToUb, UbToGm, UbToUb };
 inline void CountDma(Dma dir, uint64_t bursts, uint64_t bytes) {

@@ -19,6 +19,7 @@
 #include "hm_pipe.h"
 #include "hm_datacopy.h"
 #include "hm_vector.h"
+#include "hm_vector_repeat.h"
 #include "hm_launch.h"
 
 #ifdef ASCEND_SPEC_HOST_MODEL

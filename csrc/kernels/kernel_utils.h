@@ -3,19 +3,11 @@
 // DataCopyExtParams), so the header builds unchanged for the NPU and under the host model (csrc/host_model/).
 #pragma once
 
+#include "dtype_codes.h"
 #include "kernel_operator.h"
 
 namespace ascend_spec {
 namespace kernel {
-
-// dtype codes of the kernels' entry points (the same codes as torch_binding.cpp's DtypeCode and the Python
-// runners' host_model.DTYPE_CODES).
-constexpr int64_t kDtypeF32 = 0;
-constexpr int64_t kDtypeBf16 = 1;
-constexpr int64_t kDtypeF16 = 2;
-
-// Bytes per element of a dtype code (host side: the tilings size Unified Buffer rows with it).
-inline int64_t DtypeBytes(int64_t code) { return code == kDtypeF32 ? 4 : 2; }
 
 // Make pipe B wait for everything pipe A issued so far (EVT = A_B, e.g. MTE2_V, V_MTE3, S_MTE3, MTE3_S).
 template <AscendC::HardEvent EVT>

@@ -443,20 +443,19 @@ extern "C" __global__ __aicore__ void verify_causal_conv1d_counts(GM_ADDR numRec
         (a).xType, (a).recType, (a).poolType
 #define VERIFY_CONV1D_COUNTS_GM(a) (GM_ADDR)(a).numRecorded, (GM_ADDR)(a).cu, (GM_ADDR)(a).idx, (GM_ADDR)(a).pending
 
-namespace {
-VerifyConv1dTiling ConvTiling(const VerifyCausalConv1dArgs &a, uint32_t vectorCores) {
-    using ascend_spec::kernel::DtypeBytes;
-    return ascend_spec::ComputeVerifyConv1dTiling(a, DtypeBytes(a.xType), DtypeBytes(a.recType),
-                                                  DtypeBytes(a.poolType), vectorCores);
-}
-}  // namespace
-
 #ifdef ASCEND_SPEC_HOST_MODEL
+#include "ub_fit.h"
+
 extern "C" uint64_t verify_causal_conv1d_args_bytes() { return sizeof(VerifyCausalConv1dArgs); }
 
 extern "C" int verify_causal_conv1d_host(uint32_t vectorCores, const VerifyCausalConv1dArgs *args) {
     const VerifyCausalConv1dArgs &a = *args;
-    VerifyConv1dTiling tiling = ConvTiling(a, vectorCores);
+    VerifyConv1dTiling tiling = ascend_spec::ComputeVerifyConv1dLaunchTiling(a, vectorCores);
+    const std::string unfit = ascend_spec::VerifyConv1dUbFitError(a, vectorCores);
+    if (!unfit.empty()) {
+        AscendC::host_model::GetState().lastError = unfit;
+        return -1;
+    }
     int status = AscendC::host_model::Launch(tiling.blockDim, verify_causal_conv1d, VERIFY_CONV1D_GM(a), tiling);
     if (status != 0) return status;
     return AscendC::host_model::Launch(tiling.countBlockDim, verify_causal_conv1d_counts, VERIFY_CONV1D_COUNTS_GM(a),
@@ -465,14 +464,16 @@ extern "C" int verify_causal_conv1d_host(uint32_t vectorCores, const VerifyCausa
 
 // Channels per unit the tiling picks for `args` (pointers unused).
 extern "C" int64_t verify_causal_conv1d_tile_channels(uint32_t vectorCores, const VerifyCausalConv1dArgs *args) {
-    return ConvTiling(*args, vectorCores).tileC;
+    return ascend_spec::ComputeVerifyConv1dLaunchTiling(*args, vectorCores).tileC;
 }
 #else
 namespace ascend_spec {
-void verify_causal_conv1d_impl(void *stream, uint32_t vectorCores, const VerifyCausalConv1dArgs &a) {
-    VerifyConv1dTiling tiling = ConvTiling(a, vectorCores);
+int verify_causal_conv1d_impl(void *stream, uint32_t vectorCores, const VerifyCausalConv1dArgs &a) {
+    VerifyConv1dTiling tiling = ComputeVerifyConv1dLaunchTiling(a, vectorCores);
+    if (VerifyConv1dLaunchUbBytes(a, vectorCores) > a.ubBytes) return -1;  // would overrun UB: never launched
     verify_causal_conv1d<<<tiling.blockDim, nullptr, stream>>>(VERIFY_CONV1D_GM(a), tiling);
     verify_causal_conv1d_counts<<<tiling.countBlockDim, nullptr, stream>>>(VERIFY_CONV1D_COUNTS_GM(a), tiling);
+    return 0;
 }
 }  // namespace ascend_spec
 #endif

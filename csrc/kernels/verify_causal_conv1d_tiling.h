@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "dtype_codes.h"
 #include "kernel_modes.h"
 
 struct VerifyCausalConv1dArgs {
@@ -73,7 +74,7 @@ inline int64_t VerifyConv1dUbBytes(int64_t tileC, int64_t tileT, int64_t width, 
     return perChannel * tileC + 10 * 32;      // alignment slack of the ten buffers
 }
 
-// xBytes, recBytes, poolBytes: element bytes of x, records and pool (kernel_utils.h DtypeBytes of the codes).
+// xBytes, recBytes, poolBytes: element bytes of x, records and pool (dtype_codes.h DtypeBytes of the codes).
 inline VerifyConv1dTiling ComputeVerifyConv1dTiling(const VerifyCausalConv1dArgs &a, int64_t xBytes,
                                                      int64_t recBytes, int64_t poolBytes, uint32_t vectorCores) {
     VerifyConv1dTiling t{};
@@ -93,7 +94,7 @@ inline VerifyConv1dTiling ComputeVerifyConv1dTiling(const VerifyCausalConv1dArgs
     while (tileC > 16 && VerifyConv1dUbBytes(tileC, t.tileT, width, xBytes, recBytes, poolBytes) > ubBytes) {
         tileC -= 16;
     }
-    t.tileC = tileC;  // the host checks VerifyConv1dUbBytes(tileC, ...) <= ubBytes before launching
+    t.tileC = tileC;  // every launcher checks VerifyConv1dLaunchUbBytes(...) <= ubBytes before launching
     t.numTiles = (channels + tileC - 1) / tileC;
     int64_t units = numRows * t.numTiles;
     if (units < 1) units = 1;
@@ -104,6 +105,21 @@ inline VerifyConv1dTiling ComputeVerifyConv1dTiling(const VerifyCausalConv1dArgs
     t.countRowsPerCore = (rows + cores - 1) / cores;
     t.countBlockDim = static_cast<uint32_t>((rows + t.countRowsPerCore - 1) / t.countRowsPerCore);
     return t;
+}
+
+// The tiling of `a` (element bytes from its dtype codes).
+inline VerifyConv1dTiling ComputeVerifyConv1dLaunchTiling(const VerifyCausalConv1dArgs &a, uint32_t vectorCores) {
+    return ComputeVerifyConv1dTiling(a, kernel::DtypeBytes(a.xType), kernel::DtypeBytes(a.recType),
+                                     kernel::DtypeBytes(a.poolType), vectorCores);
+}
+
+// Unified Buffer bytes the launch of `a` carves per vector core; above a.ubBytes it cannot run (the width too
+// large for a 16-channel tile). Every launcher checks it: the NPU binding (an error naming conv_state_pool), the
+// NPU launcher (refuses, the chip would not) and the host model.
+inline int64_t VerifyConv1dLaunchUbBytes(const VerifyCausalConv1dArgs &a, uint32_t vectorCores) {
+    const VerifyConv1dTiling t = ComputeVerifyConv1dLaunchTiling(a, vectorCores);
+    return VerifyConv1dUbBytes(t.tileC, t.tileT, a.width, kernel::DtypeBytes(a.xType),
+                               kernel::DtypeBytes(a.recType), kernel::DtypeBytes(a.poolType));
 }
 
 }  // namespace ascend_spec

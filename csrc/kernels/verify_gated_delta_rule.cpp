@@ -4,8 +4,9 @@
 // Semantics: ascend_spec/gdn/verify_gated_delta_rule/ (the reference is the oracle); design: docs/verify_gated_delta_rule.md.
 //
 // Work split: a unit is (row, value head hv, value tile); vector core c owns units [c * unitsPerCore, ...). A unit
-// keeps the state tile S[slot, hv, :, v0:v0+tileV] ([Dk, tileV] fp32, 64 KiB at 128 x 128) in the Unified Buffer
-// for the whole unit: one state read, one state write (only when something was pending).
+// keeps the state tile S[slot, hv, :, v0:v0+tileV] in the Unified Buffer for the whole unit, transposed to
+// [tileV, dkP] (row v holds S[:, v]; Gather transposes on load and store): one state read, one state write (only
+// when something was pending).
 // Ownership: u records of (slot, hv, tile) are read and rewritten only by this unit; every replay load precedes
 // (MTE2 -> V -> MTE3 events) the stores of this call's u. k (per k-head) and g (per value head) are shared by
 // several units, so this call writes them into bank 1 - bank[slot], which no unit of the launch reads, and only
@@ -13,9 +14,15 @@
 // num_recorded[slot] are read by every unit of a row: the second kernel (GdnMeta, launched after on the same
 // stream) flips the bank and sets the count; stream order replaces a grid-wide barrier.
 //
-// Arithmetic per token on the vector unit, state rows of tileV floats: S *= exp(g) (one Muls over the tile);
-// pred = sum_i k_i S[i,:] and o = sum_i q_i S[i,:] as Dk Axpy row accumulations each; u = beta (v - pred);
-// S[i,:] += k_i u (Dk Axpy). The replay runs the same decay and rank-1 updates with the recorded k, g, u.
+// Arithmetic per token on the vector unit, all in repeat form over the [tileV, dkP] tile (one repeat = 64 floats
+// of one state row; a K chunk of 64 columns per instruction, tileV repeats), with no scalar reads: exp(g) and
+// beta arrive by DMA and are broadcast into 32-byte blocks (Gather), read with a stride-0 operand.
+//   S *= exp(g)                                   Mul, src1 = the exp(g) block, stride 0
+//   u = beta v - S^T (beta k)                     Mul + MulAddDst per K chunk, WholeReduceSum over each row, Sub
+//   S[v, :] += u_v k                              Brcb(u) (one block per row), MulAddDst per K chunk
+//   o = S^T (scale q)                             as the prediction
+// q and k are l2-normalised for the whole chunk at once (row sums by WholeReduceSum, Brcb of the inverse norms).
+// The replay runs the same decay and rank-1 updates with the recorded k, g, u.
 #include "kernel_operator.h"
 #include "kernel_utils.h"
 #include "verify_gated_delta_rule_tiling.h"
@@ -54,10 +61,13 @@ public:
         bank_.SetGlobalBuffer((__gm__ int32_t *)bank, s);
         numRecorded_.SetGlobalBuffer((__gm__ int32_t *)numRecorded, s);
 
-        const int64_t tv = t_.tileV, ct = t_.tileT, dkP = t_.dkP, wide = dkP > tv ? dkP : tv;
-        pipe->InitBuffer(stateBuf_, static_cast<uint32_t>(dk * tv * 4));
-        pipe->InitBuffer(qBuf_, static_cast<uint32_t>(ct * dkP * 4));
-        pipe->InitBuffer(kBuf_, static_cast<uint32_t>(ct * dkP * 4));
+        const int64_t tv = t_.tileV, ct = t_.tileT, dkP = t_.dkP;
+        pipe->InitBuffer(stateBuf_, static_cast<uint32_t>(tv * dkP * 4));
+        pipe->InitBuffer(tmpBuf_, static_cast<uint32_t>(ascend_spec::VerifyGdnTmpElems(dk, dkP, tv, ct) * 4));
+        pipe->InitBuffer(offLoadBuf_, static_cast<uint32_t>(kTransposeRows * dkP * 4));
+        pipe->InitBuffer(offStoreBuf_, static_cast<uint32_t>(kTransposeRows * tv * 4));
+        pipe->InitBuffer(qkBuf_, static_cast<uint32_t>(2 * ct * dkP * 4));
+        pipe->InitBuffer(kbBuf_, static_cast<uint32_t>(ct * dkP * 4));
         pipe->InitBuffer(vBuf_, static_cast<uint32_t>(ct * tv * 4));
         pipe->InitBuffer(uBuf_, static_cast<uint32_t>(ct * tv * 4));
         pipe->InitBuffer(oBuf_, static_cast<uint32_t>(ct * tv * 4));
@@ -66,21 +76,31 @@ public:
         pipe->InitBuffer(vRawBuf_, static_cast<uint32_t>(ct * tv * sizeof(TX)));
         pipe->InitBuffer(oRawBuf_, static_cast<uint32_t>(ct * tv * sizeof(TX)));
         pipe->InitBuffer(gRawBuf_, static_cast<uint32_t>(ct * 8 * 4));
-        pipe->InitBuffer(gExpBuf_, static_cast<uint32_t>(ct * 8 * 4));
-        pipe->InitBuffer(tmpBuf_, static_cast<uint32_t>(wide * 4));
-        pipe->InitBuffer(workBuf_, static_cast<uint32_t>(wide * 4));
-        pipe->InitBuffer(redBuf_, 64);
+        pipe->InitBuffer(betaRawBuf_, static_cast<uint32_t>(ct * 8 * 4));
+        pipe->InitBuffer(gBlkBuf_, static_cast<uint32_t>(ct * 8 * 4));
+        pipe->InitBuffer(betaBlkBuf_, static_cast<uint32_t>(ct * 8 * 4));
+        pipe->InitBuffer(blkOffBuf_, static_cast<uint32_t>((ct + 7) / 8 * 64 * 4));
+        pipe->InitBuffer(uBlkBuf_, static_cast<uint32_t>(tv * 8 * 4));
+        pipe->InitBuffer(normBuf_, static_cast<uint32_t>(2 * ct * 4));
+        pipe->InitBuffer(normBlkBuf_, static_cast<uint32_t>(2 * ct * 8 * 4));
+        pipe->InitBuffer(normMulBuf_, static_cast<uint32_t>(2 * ct * 4));
         s_ = stateBuf_.Get<float>();
-        qF_ = qBuf_.Get<float>();
-        kF_ = kBuf_.Get<float>();
+        tmp_ = tmpBuf_.Get<float>();
+        qF_ = qkBuf_.Get<float>();
+        kF_ = qF_[static_cast<uint32_t>(ct * dkP)];
+        kbF_ = kbBuf_.Get<float>();
         vF_ = vBuf_.Get<float>();
         uF_ = uBuf_.Get<float>();
         oF_ = oBuf_.Get<float>();
         gRaw_ = gRawBuf_.Get<float>();
-        gExp_ = gExpBuf_.Get<float>();
-        tmp_ = tmpBuf_.Get<float>();
-        work_ = workBuf_.Get<float>();
-        red_ = redBuf_.Get<float>();
+        betaRaw_ = betaRawBuf_.Get<float>();
+        gBlk_ = gBlkBuf_.Get<float>();
+        betaBlk_ = betaBlkBuf_.Get<float>();
+        uBlk_ = uBlkBuf_.Get<float>();
+        norm_ = normBuf_.Get<float>();
+        normBlk_ = normBlkBuf_.Get<float>();
+        normMul_ = normMulBuf_.Get<float>();
+        BuildOffsets();
     }
 
     __aicore__ inline void Process() {
@@ -125,12 +145,11 @@ private:
 
         Sync<AscendC::HardEvent::V_MTE2>();     // the previous unit's vector ops are done with the state tile
         Sync<AscendC::HardEvent::MTE3_MTE2>();  // and its stores have left it
-        LoadRows(s_, pool_[stateOff], t_.dk, tv, t_.dv, t_.tileV);
-        Sync<AscendC::HardEvent::MTE2_V>();
+        LoadState(stateOff, tv);
         for (int64_t c0 = 0; c0 < nRep; c0 += t_.tileT) ReplayChunk(slot, bank, h, hv, v0, tv, c0, Min64(t_.tileT, nRep - c0));
         if (nRep > 0) {
             Sync<AscendC::HardEvent::V_MTE3>();
-            StoreRows(pool_[stateOff], s_, t_.dk, tv, t_.dv, t_.tileV);  // the committed state, written once
+            StoreState(stateOff, tv);  // the committed state, written once
             Sync<AscendC::HardEvent::MTE3_V>();
         }
         if (t_.mode != kModeVerify) return;
@@ -140,12 +159,122 @@ private:
         }
     }
 
+    // Byte offsets of the Gathers, built once per block on the vector unit: the load transpose of kTransposeRows
+    // state rows (S^T[v, i] <- staging[i, v]), the store transpose (staging[i, v] <- S^T[v, i]) and the 32-byte
+    // broadcast of one float per token (g, beta: element j * 8 of their DMA rows). Then the l2-norm multipliers:
+    // scale for the q rows, 1 for the k rows.
+    __aicore__ inline void BuildOffsets() {
+        const int64_t tv = t_.tileV, dkP = t_.dkP, ct = t_.tileT;
+        AscendC::LocalTensor<int32_t> load = offLoadBuf_.Get<int32_t>();
+        AscendC::LocalTensor<int32_t> store = offStoreBuf_.Get<int32_t>();
+        AscendC::LocalTensor<int32_t> blk = blkOffBuf_.Get<int32_t>();
+        AscendC::CreateVecIndex(load, static_cast<int32_t>(0), static_cast<uint32_t>(dkP));
+        AscendC::Muls(load, load, static_cast<int32_t>(tv * 4), static_cast<int32_t>(dkP));
+        for (int64_t r = 1; r < kTransposeRows; r *= 2) {  // rows [r, 2r) = rows [0, r) + r elements
+            AscendC::Adds(load[static_cast<uint32_t>(r * dkP)], load, static_cast<int32_t>(r * 4),
+                          static_cast<int32_t>(r * dkP));
+        }
+        AscendC::CreateVecIndex(store, static_cast<int32_t>(0), static_cast<uint32_t>(tv));
+        AscendC::Muls(store, store, static_cast<int32_t>(dkP * 4), static_cast<int32_t>(tv));
+        for (int64_t r = 1; r < kTransposeRows; r *= 2) {
+            AscendC::Adds(store[static_cast<uint32_t>(r * tv)], store, static_cast<int32_t>(r * 4),
+                          static_cast<int32_t>(r * tv));
+        }
+        AscendC::LocalTensor<int32_t> tokenOff = normBlkBuf_.Get<int32_t>();  // scratch until the first chunk
+        AscendC::CreateVecIndex(tokenOff, static_cast<int32_t>(0), static_cast<uint32_t>(ct));
+        AscendC::Muls(tokenOff, tokenOff, static_cast<int32_t>(32), static_cast<int32_t>(ct));
+        AscendC::Brcb(blk, tokenOff, static_cast<uint8_t>((ct + 7) / 8), AscendC::BrcbRepeatParams(1, 8));
+        AscendC::Duplicate(normMul_, 1.0f, static_cast<int32_t>(2 * ct));
+        AscendC::Duplicate(normMul_, t_.scale, static_cast<int32_t>(ct));
+        loadOff_ = offLoadBuf_.Get<uint32_t>();
+        storeOff_ = offStoreBuf_.Get<uint32_t>();
+        blkOff_ = blkOffBuf_.Get<uint32_t>();
+    }
+
+    // The state tile S[:, v0:v0+tv] (GM rows of Dv) -> staging [Dk, tileV] -> s_ [tileV, dkP] by Gather.
+    __aicore__ inline void LoadState(uint64_t stateOff, int64_t tv) {
+        const int64_t tvp = t_.tileV, dkP = t_.dkP;
+        LoadRows(tmp_, pool_[stateOff], t_.dk, tv, t_.dv, tvp);
+        Sync<AscendC::HardEvent::MTE2_V>();
+        for (int64_t v0 = 0; v0 < tvp; v0 += kTransposeRows) {
+            AscendC::Gather(s_[static_cast<uint32_t>(v0 * dkP)], tmp_, loadOff_, static_cast<uint32_t>(v0 * 4),
+                            static_cast<uint32_t>(kTransposeRows * dkP));
+        }
+    }
+
+    // s_ [tileV, dkP] -> staging [Dk, tileV] by Gather -> the state tile in GM.
+    __aicore__ inline void StoreState(uint64_t stateOff, int64_t tv) {
+        const int64_t tvp = t_.tileV;
+        for (int64_t i0 = 0; i0 < t_.dk; i0 += kTransposeRows) {
+            const int64_t rows = Min64(kTransposeRows, t_.dk - i0);
+            AscendC::Gather(tmp_[static_cast<uint32_t>(i0 * tvp)], s_, storeOff_, static_cast<uint32_t>(i0 * 4),
+                            static_cast<uint32_t>(rows * tvp));
+        }
+        Sync<AscendC::HardEvent::V_MTE3>();
+        StoreRows(pool_[stateOff], tmp_, t_.dk, tv, t_.dv, tvp);
+    }
+
+    // Strides of the repeat forms, in 32-byte blocks: one state row (dkP floats) or one value row (tileV floats).
+    __aicore__ inline uint8_t RowBlocks() const { return static_cast<uint8_t>(t_.dkP / 8); }
+    __aicore__ inline uint8_t VRowBlocks() const { return static_cast<uint8_t>(t_.tileV / 8); }
+    // Width of K chunk c (64 floats = one repeat) within Dk.
+    __aicore__ inline uint64_t ChunkWidth(int64_t c, int64_t n) const { return static_cast<uint64_t>(Min64(64, n - 64 * c)); }
+
+    // S *= the broadcast block at `a` (8 equal floats): the whole tile, 255 repeats per instruction.
+    __aicore__ inline void Decay(const AscendC::LocalTensor<float> &a) {
+        const int64_t repeats = t_.tileV * t_.dkP / 64;
+        for (int64_t r0 = 0; r0 < repeats; r0 += 255) {
+            const uint8_t n = static_cast<uint8_t>(Min64(255, repeats - r0));
+            AscendC::LocalTensor<float> part = s_[static_cast<uint32_t>(r0 * 64)];
+            AscendC::Mul(part, part, a, 64, n, AscendC::BinaryRepeatParams(1, 1, 0, 8, 8, 0));
+        }
+    }
+
+    // dst[v] = sum_i S[v, i] x[i] for every state row v (x: one dkP row): products per K chunk into tmp_ (the first
+    // chunk by Mul, the others added onto it by MulAddDst), then one WholeReduceSum over the rows.
+    __aicore__ inline void RowDots(const AscendC::LocalTensor<float> &dst, const AscendC::LocalTensor<float> &x) {
+        const uint8_t rows = static_cast<uint8_t>(t_.tileV), rb = RowBlocks();
+        AscendC::Mul(tmp_, s_, x, ChunkWidth(0, t_.dk), rows, AscendC::BinaryRepeatParams(1, 1, 1, rb, rb, 0));
+        for (int64_t c = 1; 64 * c < t_.dk; ++c) {
+            AscendC::MulAddDst(tmp_, s_[static_cast<uint32_t>(64 * c)], x[static_cast<uint32_t>(64 * c)],
+                               ChunkWidth(c, t_.dk), rows, AscendC::BinaryRepeatParams(1, 1, 1, rb, rb, 0));
+        }
+        AscendC::WholeReduceSum(dst, tmp_, static_cast<int32_t>(ChunkWidth(0, t_.dk)), static_cast<int32_t>(t_.tileV), 1,
+                                1, static_cast<int32_t>(rb));
+    }
+
+    // S[v, :] += u[v] k for every state row v: u broadcast one block per row (Brcb), then MulAddDst per K chunk.
+    __aicore__ inline void RankOneUpdate(const AscendC::LocalTensor<float> &u, const AscendC::LocalTensor<float> &k) {
+        const uint8_t rows = static_cast<uint8_t>(t_.tileV), rb = RowBlocks();
+        AscendC::Brcb(uBlk_, u, static_cast<uint8_t>(t_.tileV / 8), AscendC::BrcbRepeatParams(1, 8));
+        for (int64_t c = 0; 64 * c < t_.dk; ++c) {
+            AscendC::LocalTensor<float> part = s_[static_cast<uint32_t>(64 * c)];
+            AscendC::MulAddDst(part, uBlk_, k[static_cast<uint32_t>(64 * c)], ChunkWidth(c, t_.dk), rows,
+                               AscendC::BinaryRepeatParams(1, 0, 1, rb, 1, 0));
+        }
+    }
+
+    // rows x[j, 0:n] *= blk[j] (one broadcast block per row), `m` rows `pitch` floats apart.
+    __aicore__ inline void ScaleRows(const AscendC::LocalTensor<float> &dst, const AscendC::LocalTensor<float> &x,
+                                     const AscendC::LocalTensor<float> &blk, int64_t m, int64_t n, int64_t pitch) {
+        const uint8_t pb = static_cast<uint8_t>(pitch / 8);
+        for (int64_t c = 0; 64 * c < n; ++c) {
+            AscendC::Mul(dst[static_cast<uint32_t>(64 * c)], x[static_cast<uint32_t>(64 * c)], blk, ChunkWidth(c, n),
+                         static_cast<uint8_t>(m), AscendC::BinaryRepeatParams(1, 1, 0, pb, pb, 1));
+        }
+    }
+
+    // g rows (one float per 32-byte DMA row) -> exp(g) broadcast blocks; likewise beta (no exp).
+    __aicore__ inline void BroadcastPerToken(const AscendC::LocalTensor<float> &blk, const AscendC::LocalTensor<float> &raw,
+                                             int64_t m) {
+        AscendC::Gather(blk, raw, blkOff_, static_cast<uint32_t>(0), static_cast<uint32_t>(m * 8));
+    }
+
     // m recorded tokens starting at c0: S = exp(g_t) S + k_t u_t^T.
     __aicore__ inline void ReplayChunk(int64_t slot, int64_t bank, int64_t h, int64_t hv, int64_t v0, int64_t tv,
                                        int64_t c0, int64_t m) {
         const int64_t hk = t_.numHeads * t_.dk, hvv = t_.numVHeads * t_.dv, tvp = t_.tileV;
         Sync<AscendC::HardEvent::V_MTE2>();  // the previous chunk's vector ops are done with kF/uF/gRaw
-        Sync<AscendC::HardEvent::S_MTE2>();  // and its scalar reads of kF/gExp
         const uint64_t kOff = static_cast<uint64_t>(((slot * 2 + bank) * t_.maxTokens + c0) * hk + h * t_.dk);
         const uint64_t gOff = static_cast<uint64_t>(((slot * 2 + bank) * t_.maxTokens + c0) * t_.numVHeads + hv);
         const uint64_t uOff = static_cast<uint64_t>((slot * t_.maxTokens + c0) * hvv + hv * t_.dv + v0);
@@ -153,14 +282,11 @@ private:
         LoadRows(uF_, recU_[uOff], m, tv, hvv, tvp);
         LoadRows(gRaw_, recG_[gOff], m, 1, t_.numVHeads, 8);
         Sync<AscendC::HardEvent::MTE2_V>();
-        AscendC::Exp(gExp_, gRaw_, static_cast<int32_t>(m * 8));
-        Sync<AscendC::HardEvent::V_S>();
-        Sync<AscendC::HardEvent::MTE2_S>();
-        const int32_t tile = static_cast<int32_t>(t_.dk * tvp);
+        BroadcastPerToken(gBlk_, gRaw_, m);
+        AscendC::Exp(gBlk_, gBlk_, static_cast<int32_t>(m * 8));
         for (int64_t j = 0; j < m; ++j) {
-            const float a = gExp_.GetValue(static_cast<uint32_t>(j * 8));
-            AscendC::Muls(s_, s_, a, tile);
-            RankOneUpdate(uF_[static_cast<uint32_t>(j * tvp)], j);
+            Decay(gBlk_[static_cast<uint32_t>(j * 8)]);
+            RankOneUpdate(uF_[static_cast<uint32_t>(j * tvp)], kF_[static_cast<uint32_t>(j * t_.dkP)]);
         }
     }
 
@@ -177,17 +303,23 @@ private:
         }
     }
 
-    // x <- x * mul / sqrt(sum(x^2) + 1e-6) over the first Dk elements of a row (mul: the q scale, or 1).
-    __aicore__ inline void Normalize(const AscendC::LocalTensor<float> &x, float mul) {
-        const int32_t dk = static_cast<int32_t>(t_.dk);
-        AscendC::Mul(tmp_, x, x, dk);
-        AscendC::ReduceSum(red_, tmp_, work_, dk);
-        AscendC::Adds(red_, red_, 1e-6f, 1);
-        AscendC::Sqrt(red_, red_, 1);
-        Sync<AscendC::HardEvent::V_S>();
-        const float inv = mul / red_.GetValue(0);
-        Sync<AscendC::HardEvent::S_V>();
-        AscendC::Muls(x, x, inv, dk);
+    // Every q and k row of the chunk (2 tileT rows; rows past m are unused): x <- x * mul / sqrt(sum(x^2) + 1e-6)
+    // over its first Dk elements (mul: the q scale for q rows, 1 for k rows).
+    __aicore__ inline void NormalizeChunk() {
+        const int64_t rows = 2 * t_.tileT, dk = t_.dk, dkP = t_.dkP;
+        const uint8_t rb = RowBlocks();
+        AscendC::Mul(tmp_, qF_, qF_, static_cast<int32_t>(rows * dkP));
+        for (int64_t c = 1; 64 * c < dk; ++c) {
+            AscendC::Add(tmp_, tmp_, tmp_[static_cast<uint32_t>(64 * c)], ChunkWidth(c, dk), static_cast<uint8_t>(rows),
+                         AscendC::BinaryRepeatParams(1, 1, 1, rb, rb, rb));
+        }
+        AscendC::WholeReduceSum(norm_, tmp_, static_cast<int32_t>(ChunkWidth(0, dk)), static_cast<int32_t>(rows), 1, 1,
+                                static_cast<int32_t>(rb));
+        AscendC::Adds(norm_, norm_, 1e-6f, static_cast<int32_t>(rows));
+        AscendC::Sqrt(norm_, norm_, static_cast<int32_t>(rows));
+        AscendC::Div(norm_, normMul_, norm_, static_cast<int32_t>(rows));
+        AscendC::Brcb(normBlk_, norm_, static_cast<uint8_t>(rows / 8), AscendC::BrcbRepeatParams(1, 8));
+        ScaleRows(qF_, qF_, normBlk_, rows, dk, dkP);
     }
 
     __aicore__ inline void TokenChunk(int64_t slot, int64_t newBank, int64_t h, int64_t hv, int64_t v0, int64_t tv,
@@ -197,7 +329,6 @@ private:
         Sync<AscendC::HardEvent::V_MTE2>();   // the previous chunk's vector ops are done with the buffers
         Sync<AscendC::HardEvent::MTE3_MTE2>();  // and its record/output stores have read them
         Sync<AscendC::HardEvent::MTE3_V>();
-        Sync<AscendC::HardEvent::S_MTE2>();
         const AscendC::LocalTensor<TX> qRaw = qRawBuf_.Get<TX>(), kRaw = kRawBuf_.Get<TX>(), vRaw = vRawBuf_.Get<TX>();
         const uint64_t qkOff = static_cast<uint64_t>(tok * hk + h * t_.dk);
         const uint64_t vOff = static_cast<uint64_t>(tok * hvv + hv * t_.dv + v0);
@@ -205,33 +336,25 @@ private:
         LoadAsFloat(kF_, kRaw, k_[qkOff], m, t_.dk, hk, dkP);
         LoadAsFloat(vF_, vRaw, v_[vOff], m, tv, hvv, tvp);
         LoadRows(gRaw_, g_[static_cast<uint64_t>(tok * t_.numVHeads + hv)], m, 1, t_.numVHeads, 8);
+        LoadRows(betaRaw_, beta_[static_cast<uint64_t>(tok * t_.numVHeads + hv)], m, 1, t_.numVHeads, 8);
         Sync<AscendC::HardEvent::MTE2_V>();
-        AscendC::Exp(gExp_, gRaw_, static_cast<int32_t>(m * 8));
-        const float scale = t_.scale;
-        for (int64_t j = 0; j < m; ++j) {
-            AscendC::LocalTensor<float> qj = qF_[static_cast<uint32_t>(j * dkP)];
-            AscendC::LocalTensor<float> kj = kF_[static_cast<uint32_t>(j * dkP)];
-            if (t_.useL2norm) {
-                Normalize(qj, scale);
-                Normalize(kj, 1.0f);
-            } else {
-                AscendC::Muls(qj, qj, scale, static_cast<int32_t>(t_.dk));
-            }
+        BroadcastPerToken(gBlk_, gRaw_, m);
+        AscendC::Exp(gBlk_, gBlk_, static_cast<int32_t>(m * 8));
+        BroadcastPerToken(betaBlk_, betaRaw_, m);
+        if (t_.useL2norm) {
+            NormalizeChunk();
+        } else {
+            AscendC::Muls(qF_, qF_, t_.scale, static_cast<int32_t>(m * dkP));
         }
-        Sync<AscendC::HardEvent::V_S>();
-        Sync<AscendC::HardEvent::MTE2_S>();
-        const int32_t tile = static_cast<int32_t>(t_.dk * tvp), cols = static_cast<int32_t>(tvp);
+        ScaleRows(kbF_, kF_, betaBlk_, m, t_.dk, dkP);  // beta k: the prediction comes out scaled by beta
+        ScaleRows(vF_, vF_, betaBlk_, m, tvp, tvp);     // beta v
         for (int64_t j = 0; j < m; ++j) {
-            const float a = gExp_.GetValue(static_cast<uint32_t>(j * 8));
-            const float b = beta_.GetValue(static_cast<uint64_t>((tok + j) * t_.numVHeads + hv));
             const AscendC::LocalTensor<float> uj = uF_[static_cast<uint32_t>(j * tvp)];
-            const AscendC::LocalTensor<float> oj = oF_[static_cast<uint32_t>(j * tvp)];
-            AscendC::Muls(s_, s_, a, tile);
-            RowCombination(uj, kF_, j);  // uj = S^T k_j
-            AscendC::Sub(uj, vF_[static_cast<uint32_t>(j * tvp)], uj, cols);
-            AscendC::Muls(uj, uj, b, cols);
-            RankOneUpdate(uj, j);
-            RowCombination(oj, qF_, j);  // oj = S^T (scale q_j)
+            Decay(gBlk_[static_cast<uint32_t>(j * 8)]);
+            RowDots(uj, kbF_[static_cast<uint32_t>(j * dkP)]);  // uj = beta S^T k_j
+            AscendC::Sub(uj, vF_[static_cast<uint32_t>(j * tvp)], uj, static_cast<int32_t>(tvp));  // beta (v - S^T k)
+            RankOneUpdate(uj, kF_[static_cast<uint32_t>(j * dkP)]);
+            RowDots(oF_[static_cast<uint32_t>(j * tvp)], qF_[static_cast<uint32_t>(j * dkP)]);  // S^T (scale q_j)
         }
         WriteOutputs(tok, m, hv, v0, tv);
         const int64_t nRec = Min64(m, t_.maxTokens - c0);  // only past the capacity with value checks off
@@ -247,29 +370,6 @@ private:
                     static_cast<uint64_t>(((slot * 2 + newBank) * t_.maxTokens + c0) * t_.numVHeads + hv);
                 StoreRows(recG_[gOff], gRaw_, nRec, 1, t_.numVHeads, 8);
             }
-        }
-    }
-
-    // dst[0:tileV] = sum_i x[j, i] * S[i, :]  (Dk Axpy instructions of one state row each)
-    __aicore__ inline void RowCombination(const AscendC::LocalTensor<float> &dst, const AscendC::LocalTensor<float> &x,
-                                          int64_t j) {
-        const int64_t tvp = t_.tileV;
-        const int32_t cols = static_cast<int32_t>(tvp);
-        AscendC::Duplicate(dst, 0.0f, cols);
-        for (int64_t i = 0; i < t_.dk; ++i) {
-            const float xi = x.GetValue(static_cast<uint32_t>(j * t_.dkP + i));
-            AscendC::Axpy(dst, s_[static_cast<uint32_t>(i * tvp)], xi, cols);
-        }
-    }
-
-    // S[i, :] += k[j, i] * u  for every state row i (k in kF_ row j)
-    __aicore__ inline void RankOneUpdate(const AscendC::LocalTensor<float> &u, int64_t j) {
-        const int64_t tvp = t_.tileV;
-        const int32_t cols = static_cast<int32_t>(tvp);
-        for (int64_t i = 0; i < t_.dk; ++i) {
-            const float ki = kF_.GetValue(static_cast<uint32_t>(j * t_.dkP + i));
-            AscendC::LocalTensor<float> si = s_[static_cast<uint32_t>(i * tvp)];
-            AscendC::Axpy(si, u, ki, cols);
         }
     }
 
@@ -302,9 +402,13 @@ private:
     AscendC::GlobalTensor<TX> q_, k_, v_, o_;
     AscendC::GlobalTensor<float> g_, beta_, pool_, recK_, recG_, recU_;
     AscendC::GlobalTensor<int32_t> cu_, idx_, pending_, bank_, numRecorded_;
-    AscendC::TBuf<AscendC::TPosition::VECCALC> stateBuf_, qBuf_, kBuf_, vBuf_, uBuf_, oBuf_, qRawBuf_, kRawBuf_,
-        vRawBuf_, oRawBuf_, gRawBuf_, gExpBuf_, tmpBuf_, workBuf_, redBuf_;
-    AscendC::LocalTensor<float> s_, qF_, kF_, vF_, uF_, oF_, gRaw_, gExp_, tmp_, work_, red_;
+    static constexpr int64_t kTransposeRows = 16;  // state rows per transposing Gather (a power of 2)
+    AscendC::TBuf<AscendC::TPosition::VECCALC> stateBuf_, tmpBuf_, offLoadBuf_, offStoreBuf_, qkBuf_, kbBuf_, vBuf_,
+        uBuf_, oBuf_, qRawBuf_, kRawBuf_, vRawBuf_, oRawBuf_, gRawBuf_, betaRawBuf_, gBlkBuf_, betaBlkBuf_, blkOffBuf_,
+        uBlkBuf_, normBuf_, normBlkBuf_, normMulBuf_;
+    AscendC::LocalTensor<float> s_, tmp_, qF_, kF_, kbF_, vF_, uF_, oF_, gRaw_, betaRaw_, gBlk_, betaBlk_, uBlk_, norm_,
+        normBlk_, normMul_;
+    AscendC::LocalTensor<uint32_t> loadOff_, storeOff_, blkOff_;
 };
 
 // After the main kernel: verify flips bank[slot] and sets num_recorded[slot] = min(len, L) for rows with tokens;
@@ -408,17 +512,16 @@ extern "C" __global__ __aicore__ void verify_gated_delta_rule_meta(GM_ADDR cu, G
 #define VERIFY_GDN_META_GM(a) (GM_ADDR)(a).cu, (GM_ADDR)(a).idx, (GM_ADDR)(a).bank, (GM_ADDR)(a).numRecorded
 
 #ifdef ASCEND_SPEC_HOST_MODEL
+#include "ub_fit.h"
+
 extern "C" uint64_t verify_gated_delta_rule_args_bytes() { return sizeof(VerifyGatedDeltaRuleArgs); }
 
 extern "C" int verify_gated_delta_rule_host(uint32_t vectorCores, const VerifyGatedDeltaRuleArgs *args) {
     const VerifyGatedDeltaRuleArgs &a = *args;
-    const int64_t xBytes = ascend_spec::kernel::DtypeBytes(a.xType);
-    VerifyGdnTiling tiling = ascend_spec::ComputeVerifyGdnTiling(a, xBytes, vectorCores);
-    const int64_t need = ascend_spec::VerifyGdnUbBytes(a.dk, tiling.dkP, tiling.tileV, tiling.tileT, xBytes);
-    if (need > a.ubBytes) {
-        AscendC::host_model::GetState().lastError =
-            "the smallest tiling needs " + std::to_string(need) + " bytes of Unified Buffer, above " +
-            std::to_string(a.ubBytes) + " (Dk too large for one state tile)";
+    VerifyGdnTiling tiling = ascend_spec::ComputeVerifyGdnTiling(a, ascend_spec::kernel::DtypeBytes(a.xType), vectorCores);
+    const std::string unfit = ascend_spec::VerifyGdnUbFitError(a, vectorCores);
+    if (!unfit.empty()) {
+        AscendC::host_model::GetState().lastError = unfit;
         return -1;
     }
     if (a.numRows == 0) return 0;
@@ -430,20 +533,21 @@ extern "C" int verify_gated_delta_rule_host(uint32_t vectorCores, const VerifyGa
 // The tiling the host model would launch with for `args` (pointers unused): {tileV, tileT, blockDim, UB bytes}.
 extern "C" void verify_gated_delta_rule_tiling(uint32_t vectorCores, const VerifyGatedDeltaRuleArgs *args,
                                                int64_t *out) {
-    const int64_t xBytes = ascend_spec::kernel::DtypeBytes(args->xType);
-    VerifyGdnTiling t = ascend_spec::ComputeVerifyGdnTiling(*args, xBytes, vectorCores);
+    VerifyGdnTiling t = ascend_spec::ComputeVerifyGdnTiling(*args, ascend_spec::kernel::DtypeBytes(args->xType), vectorCores);
     out[0] = t.tileV;
     out[1] = t.tileT;
     out[2] = t.blockDim;
-    out[3] = ascend_spec::VerifyGdnUbBytes(args->dk, t.dkP, t.tileV, t.tileT, xBytes);
+    out[3] = ascend_spec::VerifyGdnLaunchUbBytes(*args, vectorCores);
 }
 #else
 namespace ascend_spec {
-void verify_gated_delta_rule_impl(void *stream, uint32_t vectorCores, const VerifyGatedDeltaRuleArgs &a) {
+int verify_gated_delta_rule_impl(void *stream, uint32_t vectorCores, const VerifyGatedDeltaRuleArgs &a) {
     VerifyGdnTiling tiling = ComputeVerifyGdnTiling(a, kernel::DtypeBytes(a.xType), vectorCores);
-    if (a.numRows == 0) return;
+    if (VerifyGdnLaunchUbBytes(a, vectorCores) > a.ubBytes) return -1;  // would overrun UB: never launched
+    if (a.numRows == 0) return 0;
     verify_gated_delta_rule<<<tiling.blockDim, nullptr, stream>>>(VERIFY_GDN_GM(a), tiling);
     verify_gated_delta_rule_meta<<<1, nullptr, stream>>>(VERIFY_GDN_META_GM(a), tiling);
+    return 0;
 }
 }  // namespace ascend_spec
 #endif

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "dtype_codes.h"
 #include "kernel_modes.h"
 
 struct VerifyGatedDeltaRuleArgs {
@@ -63,20 +64,33 @@ struct VerifyGdnTiling {
 
 namespace ascend_spec {
 
-// Unified Buffer bytes VerifyGdn::Init carves (state tile, fp32 chunks of q/k/v/u/o, raw staging, g, scratch).
-inline int64_t VerifyGdnUbBytes(int64_t dk, int64_t dkP, int64_t tileV, int64_t tileT, int64_t xBytes) {
-    int64_t bytes = dk * tileV * 4;          // state tile [Dk, tileV] fp32
-    bytes += 2 * tileT * dkP * 4;            // q, k chunk fp32
-    bytes += 3 * tileT * tileV * 4;          // v, u, o chunk fp32
-    bytes += 2 * tileT * dkP * xBytes;       // q, k raw staging
-    bytes += 2 * tileT * tileV * xBytes;     // v, o raw staging
-    bytes += 2 * tileT * 8 * 4;              // g raw and exp(g), one 32-byte block per token
-    bytes += 2 * (dkP > tileV ? dkP : tileV) * 4;  // scratch row and reduction workspace
-    bytes += 64;                             // reduction result
-    return bytes + 14 * 32;                  // alignment slack of the buffers
+// Floats of VerifyGdn's scratch tile: the per-row products of a state pass ([tileV, dkP]), the staging of the
+// transposing state load/store ([Dk, tileV]) and the squares of a chunk's q and k rows ([2 tileT, dkP]).
+inline int64_t VerifyGdnTmpElems(int64_t dk, int64_t dkP, int64_t tileV, int64_t tileT) {
+    int64_t n = tileV * dkP;
+    if (dk * tileV > n) n = dk * tileV;
+    if (2 * tileT * dkP > n) n = 2 * tileT * dkP;
+    return n;
 }
 
-// xBytes: bytes of one q/k/v element (kernel_utils.h DtypeBytes(a.xType)).
+// Unified Buffer bytes VerifyGdn::Init carves (state tile, scratch tile, Gather offsets, fp32 chunks of q/k/beta k/
+// v/u/o, raw staging, per-token g and beta rows and their broadcast blocks, the u broadcast, l2-norm scratch).
+inline int64_t VerifyGdnUbBytes(int64_t dk, int64_t dkP, int64_t tileV, int64_t tileT, int64_t xBytes) {
+    int64_t bytes = tileV * dkP * 4;                         // state tile [tileV, dkP] fp32
+    bytes += VerifyGdnTmpElems(dk, dkP, tileV, tileT) * 4;   // scratch tile
+    bytes += 16 * (dkP + tileV) * 4;                         // load / store transpose offsets (16 rows each)
+    bytes += 3 * tileT * dkP * 4;                            // q, k, beta k chunk fp32
+    bytes += 3 * tileT * tileV * 4;                          // v, u, o chunk fp32
+    bytes += 2 * tileT * dkP * xBytes;                       // q, k raw staging
+    bytes += 2 * tileT * tileV * xBytes;                     // v, o raw staging
+    bytes += 4 * tileT * 8 * 4;                              // g, beta rows and their broadcast blocks
+    bytes += (tileT + 7) / 8 * 64 * 4;                       // broadcast Gather offsets
+    bytes += tileV * 8 * 4;                                  // u broadcast, one block per state row
+    bytes += 2 * tileT * (1 + 8 + 1) * 4;                    // l2 norms, their blocks, multipliers
+    return bytes + 22 * 32;                                  // alignment slack of the buffers
+}
+
+// xBytes: bytes of one q/k/v element (dtype_codes.h DtypeBytes(a.xType)).
 inline VerifyGdnTiling ComputeVerifyGdnTiling(const VerifyGatedDeltaRuleArgs &a, int64_t xBytes,
                                               uint32_t vectorCores) {
     VerifyGdnTiling t{};
@@ -116,6 +130,15 @@ inline VerifyGdnTiling ComputeVerifyGdnTiling(const VerifyGatedDeltaRuleArgs &a,
     t.unitsPerCore = (units + cores - 1) / cores;
     t.blockDim = static_cast<uint32_t>((units + t.unitsPerCore - 1) / t.unitsPerCore);
     return t;
+}
+
+// Unified Buffer bytes the launch of `a` carves per vector core; above a.ubBytes it cannot run (Dk too large
+// for one [Dk, 16] state tile). Every launcher checks it: the NPU binding (an error naming state_pool), the NPU
+// launcher (refuses, the chip would not) and the host model.
+inline int64_t VerifyGdnLaunchUbBytes(const VerifyGatedDeltaRuleArgs &a, uint32_t vectorCores) {
+    const int64_t xBytes = kernel::DtypeBytes(a.xType);
+    const VerifyGdnTiling t = ComputeVerifyGdnTiling(a, xBytes, vectorCores);
+    return VerifyGdnUbBytes(a.dk, t.dkP, t.tileV, t.tileT, xBytes);
 }
 
 }  // namespace ascend_spec

@@ -16,6 +16,7 @@ import torch
 from ascend_spec.backend import resolve_backend
 from ascend_spec.bench.core import BenchContext, BenchRow
 from ascend_spec.ops import VerifyAllocation, allocate_verify_budget, survival_probs
+from ascend_spec.ops.allocate_verify_budget.ascendc import instruction_minimum
 
 
 def host_baseline(survival: torch.Tensor, budget: int, capacities: torch.Tensor) -> VerifyAllocation:
@@ -76,7 +77,7 @@ def run(ctx: BenchContext) -> list[BenchRow]:
             time_ms=time_ms,
             baseline_ms=base_ms,
             metrics={
-                **ctx.instruction_counts(op),
+                **ctx.instruction_counts(op, instruction_minimum(b, k, budget)),
                 "bytes_read": survival.numel() * 4 + b * caps.element_size() + 8,
                 "bytes_written": written,
                 "host_syncs": 0,

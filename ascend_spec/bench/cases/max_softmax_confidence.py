@@ -13,6 +13,7 @@ import torch
 from ascend_spec.backend import resolve_backend
 from ascend_spec.bench.core import BenchContext, BenchRow, peak_allocated_bytes
 from ascend_spec.ops import max_softmax_confidence
+from ascend_spec.ops.max_softmax_confidence.ascendc import instruction_minimum
 
 
 def baseline(x: torch.Tensor) -> torch.Tensor:
@@ -63,7 +64,7 @@ def run(ctx: BenchContext) -> list[BenchRow]:
                 time_ms=time_ms,
                 baseline_ms=base_ms,
                 metrics={
-                    **ctx.instruction_counts(op),
+                    **ctx.instruction_counts(op, instruction_minimum(n, v, x.element_size())),
                     "bytes_read": bytes_read,
                     "bytes_written": n * 4,
                     "read_gbs": bytes_read / (time_ms * 1e6),

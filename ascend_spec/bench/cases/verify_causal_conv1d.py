@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from ascend_spec.backend import resolve_backend
 from ascend_spec.bench.core import BenchContext, BenchRow
 from ascend_spec.gdn.verify_causal_conv1d import allocate_conv_records, verify_causal_conv1d
+from ascend_spec.gdn.verify_causal_conv1d.ascendc import instruction_minimum
 
 K = 15
 W = 4
@@ -117,6 +118,12 @@ def run(ctx: BenchContext) -> list[BenchRow]:
 
         time_ms, base_ms = ctx.time(op), ctx.time(base)
         e = torch.empty((), dtype=DTYPE).element_size()
+        cu = inp["cu_seqlens"].tolist()
+        recorded = inp["records"].num_recorded[inp["state_indices"].long()].tolist()
+        minimum = instruction_minimum(
+            [cu[i + 1] - cu[i] for i in range(b)], [min(int(p), r) for p, r in zip(inp["pending"].tolist(), recorded)],
+            channels, W, e, inp["records"].x.element_size(), inp["conv_state_pool"].element_size(), True, True,
+        )  # fmt: skip
         ours_state = channels * (W - 1) * e + inp["records"].bytes_per_slot
         per_slot_state = (1 + K) * channels * (W - 1) * e
         ours_bytes, per_slot_bytes = _traffic(inp, channels)
@@ -129,7 +136,7 @@ def run(ctx: BenchContext) -> list[BenchRow]:
                 time_ms=time_ms,
                 baseline_ms=base_ms,
                 metrics={
-                    **ctx.instruction_counts(op),
+                    **ctx.instruction_counts(op, minimum),
                     "state_bytes_per_request": ours_state,
                     "per_draft_slot_state_bytes_per_request": per_slot_state,
                     "bytes_moved": ours_bytes,

@@ -26,6 +26,7 @@ import torch
 from ascend_spec.backend import resolve_backend
 from ascend_spec.bench.core import BenchContext, BenchRow, measure_ms
 from ascend_spec.gdn import GDNRecords, allocate_records, record_bytes_per_slot, verify_gated_delta_rule
+from ascend_spec.gdn.verify_gated_delta_rule.ascendc import instruction_minimum
 
 K = 15
 H, HV, DK, DV = 16, 32, 128, 128
@@ -134,6 +135,15 @@ def run(ctx: BenchContext) -> list[BenchRow]:
         got, want = op(), base()
         torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
         torch.testing.assert_close(pool, pool_l, rtol=1e-4, atol=1e-5)
+        minimum = instruction_minimum(
+            [n_tok] * b,
+            [min(int(p), n_tok) for p in inp["pending"].tolist()],
+            h,
+            hv,
+            dk,
+            dv,
+            inp["v"].element_size(),
+        )
         time_ms = measure_ms(op, ctx.device, warmup=warmup, repeats=repeats)
         base_ms = measure_ms(base, ctx.device, warmup=warmup, repeats=repeats)
         ours = _bytes_moved(inp, state_bytes, rec_token, n_tok, "replay")
@@ -147,7 +157,7 @@ def run(ctx: BenchContext) -> list[BenchRow]:
                 time_ms=time_ms,
                 baseline_ms=base_ms,
                 metrics={
-                    **ctx.instruction_counts(op),
+                    **ctx.instruction_counts(op, minimum),
                     "state_bytes_per_req": state_bytes,
                     "records_bytes_per_req": rec_slot,
                     "per_draft_slot_bytes_per_req": (k_drafts + 1) * state_bytes,

@@ -17,6 +17,7 @@ import ctypes
 import torch
 
 from ascend_spec.ascendc import host_model, npu_op
+from ascend_spec.ascendc.cost_model import Minimum, instructions_of, repeats_of
 from ascend_spec.ascendc.host_model import DTYPE_CODES
 from ascend_spec.gdn.protocol import KernelMode
 from ascend_spec.gdn.verify_causal_conv1d import CausalConv1dArgs
@@ -126,3 +127,42 @@ def verify_causal_conv1d(args: CausalConv1dArgs, out: torch.Tensor | None) -> No
             soc=spec,
             reverse_blocks=REVERSE_BLOCKS,
         )
+
+
+def instruction_minimum(
+    lengths: list[int],
+    replayed: list[int],
+    channels: int,
+    width: int,
+    x_bytes: int,
+    rec_bytes: int,
+    pool_bytes: int,
+    has_bias: bool,
+    silu: bool,
+) -> Minimum:
+    """What a verify call of rows with ``lengths`` tokens and ``replayed`` pending records each must do: read x,
+    the weights once, each row's W-1 committed inputs (state and records), write y, this call's records and the
+    state of rows that replayed; per row, W multiply-adds, the bias and SiLU (negate, exp, add, divide) as passes
+    over its [n, C] fp32 block (one count-form pass per tap: the channels of consecutive tokens are contiguous)."""
+    live = [i for i, n in enumerate(lengths) if n > 0]
+    tokens = sum(lengths)
+    state = channels * (width - 1)
+    reads = tokens * channels * x_bytes + channels * (width + int(has_bias)) * 4
+    reads += sum(min(replayed[i], width - 1) * channels * rec_bytes + state * pool_bytes for i in live)
+    writes = (
+        tokens * channels * (x_bytes + rec_bytes)
+        + sum(1 for i in live if replayed[i] > 0) * state * pool_bytes
+    )
+    passes = width + int(has_bias) + 4 * int(silu)
+    repeats = sum(passes * repeats_of(lengths[i] * channels) for i in live)
+    instructions = sum(passes * instructions_of(repeats_of(lengths[i] * channels)) for i in live)
+    return Minimum(
+        gm_read_bytes=reads, gm_write_bytes=writes, vector_repeats=repeats, vector_instructions=instructions,
+        parallel_units=len(live) * max(1, channels // 16),
+    )  # fmt: skip
+
+
+# docs/host_model.md, "Cost model": measured ratios to instruction_minimum this kernel must stay within
+# (tests/test_kernel_cost_bounds.py).
+VECTOR_INSTRUCTION_RATIO_BOUND = 25
+TIME_RATIO_BOUND = 80

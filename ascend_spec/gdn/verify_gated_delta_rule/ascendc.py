@@ -18,6 +18,7 @@ import ctypes
 import torch
 
 from ascend_spec.ascendc import host_model, npu_op
+from ascend_spec.ascendc.cost_model import Minimum, instructions_of, repeats_of
 from ascend_spec.ascendc.host_model import DTYPE_CODES
 from ascend_spec.gdn.protocol import KernelMode
 from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
@@ -118,3 +119,40 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
             KERNEL, "verify_gated_delta_rule_host", kernel_args, tensors=tensors, soc=spec,
             reverse_blocks=REVERSE_BLOCKS,
         )  # fmt: skip
+
+
+# Passes over a [Dk, Dv] fp32 head state a token needs: decay, k-weighted products and their reduction (the
+# prediction S^T k), the rank-1 update, q-weighted products and their reduction (the output). A replayed token
+# needs the decay and the update only.
+VERIFY_STATE_PASSES = 6
+REPLAY_STATE_PASSES = 2
+
+
+def instruction_minimum(
+    lengths: list[int], replayed: list[int], num_heads: int, num_v_heads: int, dk: int, dv: int, x_bytes: int
+) -> Minimum:
+    """What a verify call of rows with ``lengths`` tokens and ``replayed`` pending records each must do: read q,
+    k, v, g, beta, each row's state and its pending records once, write o, the state of rows that replayed and
+    this call's records once; per token and value head, the state passes above, each at most 255 repeats per
+    instruction. Rows without tokens cost nothing."""
+    tokens = sum(lengths)
+    live = [i for i, n in enumerate(lengths) if n > 0]
+    replay = sum(replayed[i] for i in live)
+    state_bytes = num_v_heads * dk * dv * 4
+    record_token_bytes = 4 * (num_heads * dk + num_v_heads + num_v_heads * dv)
+    reads = tokens * (2 * num_heads * dk * x_bytes + num_v_heads * dv * x_bytes + 2 * num_v_heads * 4)
+    reads += len(live) * state_bytes + replay * record_token_bytes
+    writes = tokens * num_v_heads * dv * x_bytes + sum(1 for i in live if replayed[i] > 0) * state_bytes
+    writes += tokens * record_token_bytes
+    head_repeats = repeats_of(dk * dv)
+    passes = num_v_heads * (VERIFY_STATE_PASSES * tokens + REPLAY_STATE_PASSES * replay)
+    return Minimum(
+        gm_read_bytes=reads, gm_write_bytes=writes, vector_repeats=passes * head_repeats,
+        vector_instructions=passes * instructions_of(head_repeats), parallel_units=len(live) * num_v_heads,
+    )  # fmt: skip
+
+
+# docs/host_model.md, "Cost model": measured ratios to instruction_minimum this kernel must stay within
+# (tests/test_kernel_cost_bounds.py).
+VECTOR_INSTRUCTION_RATIO_BOUND = 2.0
+TIME_RATIO_BOUND = 5

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ascend_spec.ascendc import host_model, npu_op
+from ascend_spec.ascendc.cost_model import Minimum, instructions_of, repeats_of
 from ascend_spec.ops.allocate_verify_budget import VerifyAllocation, VerifyBudgetArgs
 
 KERNEL = "allocate_verify_budget"
@@ -79,3 +80,28 @@ def allocate_verify_budget(args: VerifyBudgetArgs, out: VerifyAllocation) -> Non
     )  # fmt: skip
     tensors = [t for t in (surv, caps, budget_t, *outputs) if t is not None]
     host_model.launch(KERNEL, "allocate_verify_budget_host", kernel_args, tensors=tensors)
+
+
+# A selection by an fp32 threshold found by bisection: 32 halvings to pin every bit of the threshold plus the final
+# count, each comparing every slot and counting the hits (compare, select to 0/1, sum).
+BISECTION_STEPS = 33
+PASSES_PER_STEP = 3
+
+
+def instruction_minimum(num_reqs: int, num_pos: int, max_budget: int) -> Minimum:
+    """Read survival (and capacities) once, write the four outputs; the bisection's passes over the B*K slots.
+    One core: the selection is global."""
+    slots = num_reqs * num_pos
+    repeats = repeats_of(slots)
+    passes = BISECTION_STEPS * PASSES_PER_STEP
+    index = min(max_budget, slots)
+    return Minimum(
+        gm_read_bytes=slots * 4 + num_reqs * 4 + 8, gm_write_bytes=(3 * num_reqs + 1 + index) * 4,
+        vector_repeats=passes * repeats, vector_instructions=passes * instructions_of(repeats), parallel_units=1,
+    )  # fmt: skip
+
+
+# docs/host_model.md, "Cost model": measured ratios to instruction_minimum this kernel must stay within
+# (tests/test_kernel_cost_bounds.py).
+VECTOR_INSTRUCTION_RATIO_BOUND = 2
+TIME_RATIO_BOUND = 8

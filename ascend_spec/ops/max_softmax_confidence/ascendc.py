@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from ascend_spec.ascendc import host_model, npu_op
+from ascend_spec.ascendc.cost_model import Minimum, instructions_of, repeats_of
 from ascend_spec.ascendc.host_model import DTYPE_CODES
 from ascend_spec.ops.max_softmax_confidence import REFERENCE_CHUNK_ELEMS, MaxSoftmaxArgs, MaxSoftmaxPartials
 
@@ -60,3 +61,21 @@ def max_softmax_partials(args: MaxSoftmaxArgs, out: MaxSoftmaxPartials) -> None:
     for start in range(0, n, rows):  # bounded temporaries: one contiguous chunk of rows at a time
         stop = start + rows
         _launch(logits[start:stop].contiguous(), out.row_max[start:stop], out.row_sumexp[start:stop], inv_t)
+
+
+def instruction_minimum(num_rows: int, vocab: int, x_bytes: int, inv_temperature: float = 1.0) -> Minimum:
+    """Read the logits once, write the two fp32 partials; per row the passes over V in fp32: the cast (16-bit
+    logits), the max, the shift (and the temperature scale), the exp and the sum."""
+    passes = 4 + int(x_bytes != 4) + int(inv_temperature != 1.0)
+    repeats = repeats_of(vocab)
+    return Minimum(
+        gm_read_bytes=num_rows * vocab * x_bytes, gm_write_bytes=num_rows * 8,
+        vector_repeats=num_rows * passes * repeats, vector_instructions=num_rows * passes * instructions_of(repeats),
+        parallel_units=num_rows,
+    )  # fmt: skip
+
+
+# docs/host_model.md, "Cost model": measured ratios to instruction_minimum this kernel must stay within
+# (tests/test_kernel_cost_bounds.py).
+VECTOR_INSTRUCTION_RATIO_BOUND = 4.0  # the pairwise TreeSum's log-depth Adds (docs/host_model.md)
+TIME_RATIO_BOUND = 1.5

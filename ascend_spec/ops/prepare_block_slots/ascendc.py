@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ascend_spec.ascendc import host_model, npu_op
+from ascend_spec.ascendc.cost_model import Minimum, instructions_of, repeats_of
 from ascend_spec.ops.prepare_block_slots import BlockSlots, BlockSlotsArgs
 
 KERNEL = "prepare_block_slots"
@@ -57,3 +58,21 @@ def prepare_block_slots(args: BlockSlotsArgs, out: BlockSlots) -> None:
     )  # fmt: skip
     tensors = [t for t in inputs + outputs if t is not None]
     host_model.launch(KERNEL, "prepare_block_slots_host", kernel_args, tensors=tensors)
+
+
+def instruction_minimum(
+    output_elements: list[int], bytes_read: int, bytes_written: int, num_padded_reqs: int
+) -> Minimum:
+    """Write every output once, read the inputs once; at least one vector pass over each output array (its
+    elements are computed, not copied)."""
+    repeats = [repeats_of(n) for n in output_elements]
+    return Minimum(
+        gm_read_bytes=bytes_read, gm_write_bytes=bytes_written, vector_repeats=sum(repeats),
+        vector_instructions=sum(instructions_of(r) for r in repeats), parallel_units=max(1, num_padded_reqs),
+    )  # fmt: skip
+
+
+# docs/host_model.md, "Cost model": measured ratios to instruction_minimum this kernel must stay within
+# (tests/test_kernel_cost_bounds.py).
+VECTOR_INSTRUCTION_RATIO_BOUND = 0
+TIME_RATIO_BOUND = 350
