@@ -75,6 +75,36 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="V1 grows a drafter factory hook, or vLLM adopts prepare_block_slots",
     ),
     PatchPoint(
+        name="dynamic_propose",
+        target="GPUModelRunner.propose_draft_token_ids (per runner instance)",
+        what="after the drafter: its scores -> confidence -> survival_probs -> one host copy -> "
+        "BudgetController.plan -> allocate_verify_budget: this step's draft length per request",
+        why="V1 verifies every proposed draft; its own adaptive verification is refused on V1",
+        how="instance attribute wrapping the bound method; the proposer exposes take_draft_scores() "
+        "(DFlash: its draft logits; a DSpark proposer: its confidence head)",
+        remove_when="V1 takes per-request draft lengths from a drafter hook",
+    ),
+    PatchPoint(
+        name="dynamic_take_drafts",
+        target="GPUModelRunner.take_draft_token_ids (per runner instance)",
+        what="cuts each request's draft list to its chosen length before the engine core hands it to the "
+        "scheduler (which schedules len(spec_token_ids) per request: the target verifies ragged lengths)",
+        why="the one place where V1's draft lists leave the runner, already on the host",
+        how="instance attribute wrapping the bound method",
+        remove_when="with dynamic_propose",
+    ),
+    PatchPoint(
+        name="dynamic_profiles",
+        target="GPUModelRunner.execute_model (per runner instance, first call)",
+        what="before the first step: the cost profiles of the target and the drafter (measured at their own "
+        "buckets with the runner's dummy runs, or read from the cache / a file) and the controller",
+        why="the costs are those of this device, dtype and engine under its serving settings: the CPU worker "
+        "changes torch's thread count after the KV cache is built (timings taken inside initialize_kv_cache "
+        "were ~100x off); between steps is where vLLM runs its own dummy batches",
+        how="instance attribute wrapping the bound method; builds once, then calls through",
+        remove_when="vLLM exposes per-size step timings of target and drafter",
+    ),
+    PatchPoint(
         name="startup_log",
         target="GPUModelRunner.load_model (per runner instance)",
         what="one log line saying what the plugin switched on (GDN layers verified, proposer, backend)",
@@ -128,7 +158,7 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
         from vllm.v1.worker import gpu_model_runner
 
         upstream = gpu_model_runner.DFlashProposer
-        if settings.block_slots:
+        if settings.block_slots or settings.dynamic.enabled:
             from ascend_spec.vllm.proposer import AscendSpecDFlashProposer
 
             gpu_model_runner.DFlashProposer = AscendSpecDFlashProposer
@@ -138,12 +168,20 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
             gpu_model_runner.DFlashProposer = upstream
         self.ascend_spec = settings
         _install_runner_hooks(self)
+        if settings.dynamic.enabled:
+            from ascend_spec.vllm.dynamic_runner import install_dynamic
+
+            install_dynamic(self)
 
     return __init__
 
 
 def _check_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
     """Engine settings the patch points need, refused with the setting to change."""
+    if settings.dynamic.enabled:
+        from ascend_spec.vllm.dynamic_runner import check_dynamic_engine
+
+        check_dynamic_engine(vllm_config)
     if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
         return
     if vllm_config.speculative_config is None:
