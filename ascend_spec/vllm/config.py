@@ -61,7 +61,9 @@ def _parse_dynamic(raw: object) -> DynamicConfig:
     if "mode" in raw and raw["mode"] not in DYNAMIC_MODES:
         raise ValueError(f"{where}['mode'] must be one of {', '.join(DYNAMIC_MODES)}; got {raw['mode']!r}")
     if "profile" in raw and (not isinstance(raw["profile"], str) or not raw["profile"]):
-        raise ValueError(f"{where}['profile'] must be 'measure' or a profile file path; got {raw['profile']!r}")
+        raise ValueError(
+            f"{where}['profile'] must be 'measure' or a profile file path; got {raw['profile']!r}"
+        )
     if "statistic" in raw and raw["statistic"] not in PROFILE_STATISTICS:
         raise ValueError(
             f"{where}['statistic'] must be one of {', '.join(PROFILE_STATISTICS)}; got {raw['statistic']!r}"

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from ascend_spec.graph import CostProfile, GraphBuckets
-from ascend_spec.graph.cost_profile import STATISTICS
 from ascend_spec.graph.config_io import read_json
+from ascend_spec.graph.cost_profile import STATISTICS
 from ascend_spec.vllm.config import DynamicConfig, _where
 
 logger = logging.getLogger("ascend_spec.vllm")
@@ -89,7 +89,9 @@ def cache_path(key: dict[str, Any]) -> Path:
     return Path(envs.VLLM_CACHE_ROOT) / "ascend_spec" / "cost_profiles" / f"{digest}.json"
 
 
-def load_engine_profiles(path: Path, key: dict[str, Any] | None = None, source: str | None = None) -> EngineProfiles:
+def load_engine_profiles(
+    path: Path, key: dict[str, Any] | None = None, source: str | None = None
+) -> EngineProfiles:
     data = read_json(path)
     where = str(path)
     if not isinstance(data, dict) or data.get("format") != ENGINE_PROFILE_FORMAT:
@@ -147,7 +149,9 @@ def _interleaved(
     many buckets instead of every run of a few, and the minimum (the default statistic) discards it.
     """
     rounds = [
-        CostProfile.measure(run_fn, buckets, warmup=settings.warmup if r == 0 else 0, repeats=1, device=device)
+        CostProfile.measure(
+            run_fn, buckets, warmup=settings.warmup if r == 0 else 0, repeats=1, device=device
+        )
         for r in range(settings.repeats)
     ]
     reduce = STATISTICS[settings.statistic]

@@ -77,7 +77,11 @@ class HostReader:
         self.copies += 1
         if values.device.type == "cpu":
             return values.detach().clone()
-        if self._buffer is None or self._buffer.numel() < values.numel() or self._buffer.dtype != values.dtype:
+        if (
+            self._buffer is None
+            or self._buffer.numel() < values.numel()
+            or self._buffer.dtype != values.dtype
+        ):
             self._buffer = torch.empty(values.numel(), dtype=values.dtype, pin_memory=True)
         out = self._buffer[: values.numel()].view(values.shape)
         out.copy_(values, non_blocking=True)

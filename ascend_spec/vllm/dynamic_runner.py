@@ -49,7 +49,9 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     runner._ascend_spec_lengths = None
 
     def _execute_model(self, *args: Any, **kwargs: Any):  # noqa: ANN202
-        if self.ascend_spec_dynamic is None:  # before the first step's inputs exist, as vLLM's own dummy batches
+        if (
+            self.ascend_spec_dynamic is None
+        ):  # before the first step's inputs exist, as vLLM's own dummy batches
             self.ascend_spec_dynamic = build_verifier(self)
         return execute_model(*args, **kwargs)
 
