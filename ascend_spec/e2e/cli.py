@@ -81,6 +81,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="auto", help="plugin op backend: auto, reference, triton, ascendc")
     p.add_argument("--models-dir", type=Path, default=None, help="where built-in models are written")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as JSON")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="DFlash with the plugin: plain decoding, every fixed K <= --num-spec and dynamic verification at "
+        "each of --batch-sizes (ascend_spec/e2e/sweep.py)",
+    )
+    p.add_argument("--batch-sizes", default="1,4,8", help="with --sweep: concurrent requests (default 1,4,8)")
+    p.add_argument(
+        "--profile", default="measure", help="with --sweep: dynamic cost profile, 'measure' or a file path"
+    )
+    p.add_argument(
+        "--plot", type=Path, default=None, metavar="PNG", help="with --sweep: tokens/s vs batch size"
+    )
     p.set_defaults(func=run)
 
 
@@ -95,6 +108,12 @@ def run(args: argparse.Namespace) -> int:
         target, drafter, has_mtp = models.target, models.dflash, models.mtp
     else:
         target, drafter, has_mtp = args.target, args.drafter, args.hybrid
+    if args.sweep:
+        from ascend_spec.e2e.sweep import run_sweep
+
+        if drafter is None:
+            raise ValueError("--sweep runs DFlash: --drafter is required with --target")
+        return run_sweep(args, target, drafter, args.hybrid)
     methods = args.method or (["ngram", "dflash"] + (["mtp"] if has_mtp else []))
     prompts = builtin_prompts(args.prompts)
     # Requests of different lengths finish at different times.
