@@ -10,7 +10,11 @@ from ascend_spec.e2e.sweep import SweepRow, format_sweep, plot_sweep
 
 def _run(tokens: int, seconds: float, dynamic: dict | None = None, drafts: int = 0, draft_tokens: int = 0):
     return EngineRun(
-        tokens=[[1] * tokens], seconds=seconds, dynamic=dynamic, num_drafts=drafts, num_draft_tokens=draft_tokens
+        tokens=[[1] * tokens],
+        seconds=seconds,
+        dynamic=dynamic,
+        num_drafts=drafts,
+        num_draft_tokens=draft_tokens,
     )
 
 

@@ -92,6 +92,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--profile", default="measure", help="with --sweep: dynamic cost profile, 'measure' or a file path"
     )
     p.add_argument(
+        "--threads", type=int, default=1, help="with --sweep: OMP_NUM_THREADS of each engine (0: inherit)"
+    )
+    p.add_argument(
         "--plot", type=Path, default=None, metavar="PNG", help="with --sweep: tokens/s vs batch size"
     )
     p.set_defaults(func=run)

@@ -6,6 +6,11 @@ plain decoding, DFlash with the plugin at each fixed K = 1..K_max, and DFlash wi
 plain decoding at that B, mean verify and acceptance lengths, the chosen totals per step (histogram
 ``T:steps``), the plugin's overhead per step (confidence + survival + controller + allocation, measured in the
 engine) and host copies per step. ``--plot`` writes tokens/s against B per mode (matplotlib).
+
+``--threads`` (default 1) sets ``OMP_NUM_THREADS`` of every engine: vLLM 0.32's CPU worker keeps torch's
+thread count of a speculative engine after binding its threads, and two OpenMP threads on a busy 2-core machine
+made every kernel wait ~6 ms at a barrier (a 32-token DFlash run took 7.3 s with 2 threads, 0.15 s with 1), which
+swamps every comparison; 0 leaves the environment alone.
 """
 
 from __future__ import annotations
@@ -140,8 +145,11 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
         configs = [("plain", spec(None, None))]
         configs += [(f"K={k}", spec(k, base_plugin)) for k in range(1, k_max + 1)]
         configs.append(("dynamic", spec(k_max, dynamic)))
+        env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
         for mode, engine in configs:
-            result = run_isolated(engine, prompts, work_dir=work, max_tokens=lengths, repeats=args.repeats)
+            result = run_isolated(
+                engine, prompts, work_dir=work, max_tokens=lengths, repeats=args.repeats, env=env
+            )
             rows.append(SweepRow(b, mode, result))
             print(f"  B={b} {mode}: {'failed' if result.error else f'{result.tokens_per_second:.1f} tok/s'}")
     title = (

@@ -32,6 +32,9 @@ class DynamicConfig:
     * ``max_startup_s``: bound on the seconds measuring may add to engine start (exceeded: a clear error).
     * ``warmup`` / ``repeats``: calls per measured token count before / while timing.
     * ``statistic``: ``min`` (default: the uncontended cost on a shared machine) or ``median`` of the repeats.
+    * ``probe_interval``: after a step planned as plain decoding, the drafter is skipped for
+      ``probe_interval - 1`` steps (plain decodes that cost V(B) only), then runs once to probe again; 1 drafts at
+      every step.
     """
 
     mode: str = "sync"
@@ -40,6 +43,7 @@ class DynamicConfig:
     warmup: int = 2
     repeats: int = 7
     statistic: str = "min"
+    probe_interval: int = 8
 
     @property
     def enabled(self) -> bool:
@@ -72,7 +76,7 @@ def _parse_dynamic(raw: object) -> DynamicConfig:
         v = raw["max_startup_s"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
             raise ValueError(f"{where}['max_startup_s'] must be a positive number of seconds; got {v!r}")
-    for key, minimum in (("warmup", 0), ("repeats", 1)):
+    for key, minimum in (("warmup", 0), ("repeats", 1), ("probe_interval", 1)):
         if key in raw:
             v = raw[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < minimum:

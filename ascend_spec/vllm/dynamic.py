@@ -14,8 +14,10 @@ One step, after the drafter proposed ``[B, K]`` drafts:
    ``num_drafts[b]``: V1's scheduler schedules ``len(spec_token_ids)`` per request, so the target verifies the
    ragged lengths with no other change.
 
-The drafter still runs after a plain-decode step (its context cache must see every accepted token), so a plain
-step costs V(B) + D(B x Q) here; the controller's objective charges D for every step for the same reason.
+The no-draft option goes one step further: after a step planned as plain decoding, the drafter is skipped for
+``probe_interval - 1`` steps (V1's own "input does not fit the drafter" path; every request gets no drafts), so
+those steps cost V(B) only, then it runs once to probe again. The tokens of skipped steps never enter the
+drafter's context cache (its slots stay zeroed): drafts right after a skip may be worse, output is unchanged.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class DynamicStats:
     draft_graphs: collections.Counter = field(default_factory=collections.Counter)
     target_graphs: collections.Counter = field(default_factory=collections.Counter)
     ragged_steps: int = 0  # steps whose requests verify different numbers of drafts
+    skipped_steps: int = 0  # plain decodes without a drafter run (the no-draft option)
     last_lengths: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -121,18 +124,35 @@ class DynamicStats:
             "draft_graphs": {str(k): v for k, v in self.draft_graphs.items()},
             "target_graphs": {str(k): v for k, v in self.target_graphs.items()},
             "ragged_steps": self.ragged_steps,
+            "skipped_steps": self.skipped_steps,
         }
 
 
 class DynamicVerifier:
     """Chooses each request's draft length from this step's scores (module docstring)."""
 
-    def __init__(self, controller: BudgetController, graphs, backend: str = "auto") -> None:  # noqa: ANN001
+    def __init__(
+        self,
+        controller: BudgetController,
+        graphs,  # noqa: ANN001
+        backend: str = "auto",
+        probe_interval: int = 1,
+    ) -> None:
         self.controller = controller
         self.graphs = graphs
         self.backend = backend
+        self.probe_interval = probe_interval
         self.reader = HostReader()
         self.stats = DynamicStats()
+        self._skips_left = 0
+
+    def skip_drafter(self) -> bool:
+        """Whether this step's drafter run is skipped (a plain decode follows); counts the skip."""
+        if self._skips_left <= 0:
+            return False
+        self._skips_left -= 1
+        self.stats.skipped_steps += 1
+        return True
 
     def lengths(self, scores: DraftScores) -> list[int]:
         start = time.perf_counter()
@@ -144,6 +164,8 @@ class DynamicVerifier:
         lengths = alloc.num_drafts.tolist()  # a host tensor: no device read
         elapsed = time.perf_counter() - start
         self._record(lengths, plan.total_budget, elapsed, self.reader.copies - copies_before)
+        if plan.total_budget == 0:
+            self._skips_left = self.probe_interval - 1
         return lengths
 
     def _record(self, lengths: list[int], total: int, elapsed: float, copies: int) -> None:

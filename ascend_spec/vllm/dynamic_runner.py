@@ -1,7 +1,8 @@
 """Dynamic verification wired into one V1 runner: the engine check, the profiles at start, the step hooks.
 
 Patch points (register: :mod:`ascend_spec.vllm.patches`): ``dynamic_profiles`` (``execute_model``, first call),
-``dynamic_propose`` (``propose_draft_token_ids``), ``dynamic_take_drafts`` (``take_draft_token_ids``); all
+``dynamic_propose`` (``propose_draft_token_ids``), ``dynamic_take_drafts`` (``take_draft_token_ids``),
+``dynamic_skip_drafter`` (``_input_fits_in_drafter``); all
 instance attributes of a runner whose engine sets ``additional_config["ascend_spec"]["dynamic"]``.
 """
 
@@ -45,6 +46,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     execute_model = runner.execute_model
     propose = runner.propose_draft_token_ids
     take = runner.take_draft_token_ids
+    fits = runner._input_fits_in_drafter
     runner.ascend_spec_dynamic = None
     runner._ascend_spec_lengths = None
 
@@ -71,6 +73,13 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
                 self._ascend_spec_lengths = verifier.lengths(scores)
         return drafts
 
+    def _fits(self, *args: Any, **kwargs: Any) -> bool:
+        verifier = self.ascend_spec_dynamic
+        if verifier is not None and verifier.skip_drafter():
+            self._ascend_spec_lengths = [0] * self.input_batch.num_reqs  # V1 then zero-fills the drafts
+            return False
+        return fits(*args, **kwargs)
+
     def _take(self):  # noqa: ANN202
         lengths, self._ascend_spec_lengths = self._ascend_spec_lengths, None
         return trim_draft_token_ids(take(), lengths)
@@ -78,6 +87,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     runner.execute_model = types.MethodType(_execute_model, runner)
     runner.propose_draft_token_ids = types.MethodType(_propose, runner)
     runner.take_draft_token_ids = types.MethodType(_take, runner)
+    runner._input_fits_in_drafter = types.MethodType(_fits, runner)
 
 
 def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
@@ -115,7 +125,9 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         mode="sync",
         backend=settings.backend,
     )
-    verifier = DynamicVerifier(controller, graphs, backend=settings.backend)
+    verifier = DynamicVerifier(
+        controller, graphs, backend=settings.backend, probe_interval=settings.dynamic.probe_interval
+    )
     verifier.profiles = profiles
     logger.info(
         "ascend-spec: dynamic verification (%s), K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up)",

@@ -94,6 +94,15 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="with dynamic_propose",
     ),
     PatchPoint(
+        name="dynamic_skip_drafter",
+        target="GPUModelRunner._input_fits_in_drafter (per runner instance)",
+        what="the no-draft option: after a step planned as plain decoding, reports 'does not fit' for "
+        "probe_interval - 1 steps, so V1 skips the drafter and zero-fills the drafts (cut to none)",
+        why="a plain-decode step should cost V(B), not V(B) + D(B x Q); V1 has no other switch to skip the drafter",
+        how="instance attribute wrapping the bound method; the lengths of a skipped step are all 0",
+        remove_when="V1 lets a runner skip the drafter for a step",
+    ),
+    PatchPoint(
         name="dynamic_profiles",
         target="GPUModelRunner.execute_model (per runner instance, first call)",
         what="before the first step: the cost profiles of the target and the drafter (measured at their own "

@@ -25,6 +25,9 @@ pytestmark = pytest.mark.slow
 STEP_TARGET = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 3.0, 24: 4.0, 32: 5.0}
 FLAT_TARGET = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0, 24: 1.0, 32: 1.0}
 DRAFT = {4: 0.2, 8: 0.2, 16: 0.2, 24: 0.2, 32: 0.2}
+# One OpenMP thread per engine: vLLM's CPU worker keeps two for speculative engines, and two on a busy 2-core
+# machine make every kernel wait at a barrier (docs/vllm.md); the tokens do not depend on it.
+ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def _profile(path: Path, target: dict, draft: dict) -> str:
@@ -52,12 +55,12 @@ def _check_step_counters(stats: dict, max_batch: int) -> None:
 
 @pytest.fixture(scope="module")
 def plain_dense(engine_dir, dense_low_entropy):
-    return run(engine_dir, dense_low_entropy)  # compared exactly: no margins needed
+    return run(engine_dir, dense_low_entropy, env=ENV)  # compared exactly: no margins needed
 
 
 @pytest.fixture(scope="module")
 def plain_hybrid(engine_dir, hybrid_low_entropy):
-    return run(engine_dir, hybrid_low_entropy, logprobs=True)
+    return run(engine_dir, hybrid_low_entropy, logprobs=True, env=ENV)
 
 
 def test_dynamic_dflash_on_qwen3_matches_plain_with_ragged_and_zero_draft_requests(
@@ -74,7 +77,9 @@ def test_dynamic_dflash_on_qwen35_hybrid_matches_plain_with_ragged_and_zero_draf
 
 def _check_lossless_ragged(engine_dir, tmp_path, models, plain, target: str) -> None:  # noqa: ANN001
     profile = _profile(tmp_path / "step.json", STEP_TARGET, DRAFT)
-    ours = run(engine_dir, models, speculative=speculative("dflash", models), plugin=_dynamic(profile))
+    ours = run(
+        engine_dir, models, speculative=speculative("dflash", models), plugin=_dynamic(profile), env=ENV
+    )
     # Qwen3 low-entropy: exact; the hybrid in bf16 under part 1's tie rule (each stop is reported)
     assert_matches_plain(plain, ours, allow_ties=target == "hybrid")
     stats = ours.dynamic
@@ -93,17 +98,18 @@ def _check_lossless_ragged(engine_dir, tmp_path, models, plain, target: str) -> 
 
 
 def test_useless_drafter_settles_on_plain_decoding_with_measured_profiles(engine_dir, models_dir):
-    """A random target with a random drafter: confidences ~1/V, so every step is a plain decode (the drafter
-    still runs); the profiles are measured at the first engine's start and read from the cache by the second."""
+    """A random target with a random drafter: confidences ~1/V, so every planned step is a plain decode and the
+    drafter is skipped between probes (the no-draft option); the profiles are measured at the first engine's start and read from the cache by the second."""
     models = make_tiny_models(models_dir, hybrid=False)
-    plugin = {"dynamic": {"mode": "sync", "profile": "measure", "repeats": 3, "max_startup_s": 120}}
+    plugin = {"dynamic": {"profile": "measure", "repeats": 3, "max_startup_s": 120, "probe_interval": 4}}
     spec = speculative("dflash", models)
-    env = {"VLLM_CACHE_ROOT": str(engine_dir / "useless_cache")}
+    env = dict(ENV, VLLM_CACHE_ROOT=str(engine_dir / "useless_cache"))
     first = run(engine_dir, models, speculative=spec, plugin=plugin, env=env)
     stats = first.dynamic
     _check_step_counters(stats, len(PROMPTS))
     assert stats["profile_source"] == "measured" and 0 < stats["profile_startup_s"] < 120
     assert set(stats["totals"]) == {"0"} and stats["plain_steps"] == stats["steps"]
+    assert stats["skipped_steps"] > 0  # probe_interval 4: up to 3 drafter-less steps after each probe
     assert first.num_draft_tokens == 0  # the target never verified a draft
     second = run(engine_dir, models, speculative=spec, plugin=plugin, env=env, prompts=PROMPTS[:2])
     assert second.dynamic["profile_source"].startswith("cache ")
@@ -117,7 +123,9 @@ def test_perfect_drafter_verifies_full_blocks(engine_dir, tmp_path, models_dir):
     every step verifies all K drafts, and all are accepted."""
     models = make_tiny_models(models_dir, hybrid=False, constant=True)
     profile = _profile(tmp_path / "flat.json", FLAT_TARGET, DRAFT)
-    ours = run(engine_dir, models, speculative=speculative("dflash", models), plugin=_dynamic(profile))
+    ours = run(
+        engine_dir, models, speculative=speculative("dflash", models), plugin=_dynamic(profile), env=ENV
+    )
     assert ours.tokens == [[CONSTANT_TOKEN] * n for n in LENGTHS]  # plain decoding of this target, by design
     stats = ours.dynamic
     _check_step_counters(stats, len(PROMPTS))

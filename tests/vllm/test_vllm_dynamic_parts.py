@@ -173,6 +173,20 @@ def test_useless_and_perfect_confidences() -> None:
     assert verifier.stats.plain_steps == 1 and verifier.stats.host_copies == 2
 
 
+def test_a_plain_plan_skips_the_drafter_until_the_next_probe() -> None:
+    b, k = 2, 3
+    ctl = _controller(k, {1: 1.0, 32: 1.0}, {4: 0.5, 32: 0.5}, q=k + 1)
+    verifier = DynamicVerifier(ctl, None, probe_interval=3)
+    assert verifier.skip_drafter() is False  # nothing planned yet
+    verifier.lengths(DraftScores("logits", torch.zeros(b * k, 512), b, k))  # useless: plain
+    assert [verifier.skip_drafter() for _ in range(3)] == [True, True, False]
+    assert verifier.stats.skipped_steps == 2
+    verifier.lengths(DraftScores("head", torch.full((b, k), 30.0), b, k))  # sure drafts: no skip after
+    assert verifier.skip_drafter() is False
+    with pytest.raises(ValueError, match=_err("['dynamic']['probe_interval'] must be an int >= 1; got 0")):
+        parse_config({"ascend_spec": {"dynamic": {"probe_interval": 0}}})
+
+
 def test_draft_lists_are_cut_per_request_in_order() -> None:
     from vllm.v1.outputs import DraftTokenIds
 
