@@ -77,6 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--low-entropy", action="store_true", help="built-in target with a few non-zero lm_head rows"
     )
+    p.add_argument(
+        "--constant",
+        action="store_true",
+        help="built-in dense target that always emits one token, with a DFlash drafter that is always right",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed runs per engine, best kept (default 3)")
     p.add_argument("--backend", default="auto", help="plugin op backend: auto, reference, triton, ascendc")
     p.add_argument("--models-dir", type=Path, default=None, help="where built-in models are written")
@@ -107,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
     if args.target is None:
         root = args.models_dir or Path(tempfile.gettempdir()) / "ascend_spec_e2e_models"
-        models = make_tiny_models(root, hybrid=args.hybrid, low_entropy=args.low_entropy)
+        models = make_tiny_models(
+            root, hybrid=args.hybrid, low_entropy=args.low_entropy, constant=getattr(args, "constant", False)
+        )
         target, drafter, has_mtp = models.target, models.dflash, models.mtp
     else:
         target, drafter, has_mtp = args.target, args.drafter, args.hybrid
