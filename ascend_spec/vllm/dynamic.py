@@ -16,7 +16,8 @@ One step, after the drafter proposed ``[B, K]`` drafts:
 
 The no-draft option goes one step further: after a step planned as plain decoding, the drafter is skipped for
 ``probe_interval - 1`` steps (V1's own "input does not fit the drafter" path; every request gets no drafts), so
-those steps cost V(B) only, then it runs once to probe again. The tokens of skipped steps never enter the
+those steps cost V(B) only, then it runs once to probe again; while probes keep planning plain decoding the
+stretch doubles (up to 8 x probe_interval), and the first speculative plan resets it. The tokens of skipped steps never enter the
 drafter's context cache (its slots stay zeroed): drafts right after a skip may be worse, output is unchanged.
 """
 
@@ -33,6 +34,8 @@ from ascend_spec.graph import BudgetController
 from ascend_spec.ops import allocate_verify_budget, head_confidence, max_softmax_confidence, survival_probs
 
 SCORE_KINDS = ("logits", "head")
+#: Consecutive plain plans double the drafter-less stretch, at most this many times (probe_interval x 8).
+MAX_BACKOFF_DOUBLINGS = 3
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ class DynamicVerifier:
         self.reader = HostReader()
         self.stats = DynamicStats()
         self._skips_left = 0
+        self._plain_probes = 0  # consecutive probes that planned plain decoding
 
     def skip_drafter(self) -> bool:
         """Whether this step's drafter run is skipped (a plain decode follows); counts the skip."""
@@ -164,8 +168,12 @@ class DynamicVerifier:
         lengths = alloc.num_drafts.tolist()  # a host tensor: no device read
         elapsed = time.perf_counter() - start
         self._record(lengths, plan.total_budget, elapsed, self.reader.copies - copies_before)
-        if plan.total_budget == 0:
-            self._skips_left = self.probe_interval - 1
+        if plan.total_budget == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, 4x, 8x
+            self._plain_probes += 1
+            interval = self.probe_interval * 2 ** min(self._plain_probes - 1, MAX_BACKOFF_DOUBLINGS)
+            self._skips_left = interval - 1
+        else:
+            self._plain_probes = 0
         return lengths
 
     def _record(self, lengths: list[int], total: int, elapsed: float, copies: int) -> None:

@@ -181,6 +181,8 @@ def test_a_plain_plan_skips_the_drafter_until_the_next_probe() -> None:
     verifier.lengths(DraftScores("logits", torch.zeros(b * k, 512), b, k))  # useless: plain
     assert [verifier.skip_drafter() for _ in range(3)] == [True, True, False]
     assert verifier.stats.skipped_steps == 2
+    verifier.lengths(DraftScores("logits", torch.zeros(b * k, 512), b, k))  # plain again: the stretch doubles
+    assert [verifier.skip_drafter() for _ in range(6)] == [True] * 5 + [False]
     verifier.lengths(DraftScores("head", torch.full((b, k), 30.0), b, k))  # sure drafts: no skip after
     assert verifier.skip_drafter() is False
     with pytest.raises(ValueError, match=_err("['dynamic']['probe_interval'] must be an int >= 1; got 0")):
