@@ -152,8 +152,9 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
             )
             rows.append(SweepRow(b, mode, result))
             print(f"  B={b} {mode}: {'failed' if result.error else f'{result.tokens_per_second:.1f} tok/s'}")
+    kind = "constant " if getattr(args, "constant", False) else "low-entropy " if args.low_entropy else ""
     title = (
-        f"ascend-spec e2e --sweep: {'hybrid' if hybrid else 'dense'} tiny target, DFlash, K<={k_max}, "
+        f"ascend-spec e2e --sweep: {kind}{'hybrid' if hybrid else 'dense'} target, DFlash, K<={k_max}, "
         f"{args.max_tokens} tokens/request"
     )
     print(title)
