@@ -81,10 +81,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="built-in target with a few non-zero lm_head rows, so random-weight drafters get drafts accepted "
         "(default; --no-low-entropy: every row random, near-zero acceptance)",
     )
+    p.add_argument(
+        "--constant",
+        action="store_true",
+        help="built-in dense target that always emits one token, with a DFlash drafter that is always right",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed runs per engine, best kept (default 3)")
     p.add_argument("--backend", default="auto", help="plugin op backend: auto, reference, triton, ascendc")
     p.add_argument("--models-dir", type=Path, default=None, help="where built-in models are written")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as JSON")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="DFlash with the plugin: plain decoding, every fixed K <= --num-spec and dynamic verification at "
+        "each of --batch-sizes (ascend_spec/e2e/sweep.py)",
+    )
+    p.add_argument("--batch-sizes", default="1,4,8", help="with --sweep: concurrent requests (default 1,4,8)")
+    p.add_argument(
+        "--profile", default="measure", help="with --sweep: dynamic cost profile, 'measure' or a file path"
+    )
+    p.add_argument(
+        "--threads", type=int, default=1, help="with --sweep: OMP_NUM_THREADS of each engine (0: inherit)"
+    )
+    p.add_argument(
+        "--plot", type=Path, default=None, metavar="PNG", help="with --sweep: tokens/s vs batch size"
+    )
     p.set_defaults(func=run)
 
 
@@ -95,10 +116,18 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
     if args.target is None:
         root = args.models_dir or Path(tempfile.gettempdir()) / "ascend_spec_e2e_models"
-        models = make_tiny_models(root, hybrid=args.hybrid, low_entropy=args.low_entropy)
+        models = make_tiny_models(
+            root, hybrid=args.hybrid, low_entropy=args.low_entropy, constant=getattr(args, "constant", False)
+        )
         target, drafter, has_mtp = models.target, models.dflash, models.mtp
     else:
         target, drafter, has_mtp = args.target, args.drafter, args.hybrid
+    if args.sweep:
+        from ascend_spec.e2e.sweep import run_sweep
+
+        if drafter is None:
+            raise ValueError("--sweep runs DFlash: --drafter is required with --target")
+        return run_sweep(args, target, drafter, args.hybrid)
     methods = args.method or (["ngram", "dflash"] + (["mtp"] if has_mtp else []))
     prompts = builtin_prompts(args.prompts)
     # Requests of different lengths finish at different times.

@@ -78,6 +78,7 @@ class EngineRun:
     gdn_state_bytes_per_request: int | None = None
     gdn_slots_per_request: int | None = None
     kv_cache_layout: list = field(default_factory=list)
+    dynamic: dict | None = None  # dynamic verification's counters (ascend_spec.vllm.dynamic.DynamicStats)
     error: str | None = None
 
     @property
@@ -140,6 +141,12 @@ def gdn_state_per_request(worker) -> tuple[int, int] | None:  # noqa: ANN001 - r
             if record_nbytes:
                 total += record_nbytes // layer.kv_cache[1].shape[0]
     return (total, slots) if slots is not None else None
+
+
+def _dynamic_stats(worker):  # noqa: ANN001, ANN202 - runs inside the worker
+    from ascend_spec.vllm.dynamic_runner import dynamic_stats
+
+    return dynamic_stats(worker)
 
 
 def kv_cache_layout(worker) -> list:  # noqa: ANN001 - runs inside the worker
@@ -234,6 +241,7 @@ def run_engine(
             for i, v in enumerate(per_pos_after)
         ]
         run.kv_cache_layout = llm.collective_rpc(kv_cache_layout)[0]
+        run.dynamic = llm.collective_rpc(_dynamic_stats)[0]
         state = llm.collective_rpc(gdn_state_per_request)[0]
         if state is not None:
             run.gdn_state_bytes_per_request, run.gdn_slots_per_request = state

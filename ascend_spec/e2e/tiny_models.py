@@ -6,6 +6,10 @@ and DSpark drafters and the Qwen3.5 MTP head are written as safetensors with the
 
 ``low_entropy=True`` keeps only a few non-zero lm_head rows: the target then picks among few tokens, so drafters
 with random weights still get drafts accepted (tests assert acceptance > 0), and greedy margins are wide.
+
+``constant=True`` (dense only) makes the target emit one token, always and with a wide margin, and its DFlash
+drafter draft that token with confidence ~1: a perfect drafter. One hidden channel carries a constant from the
+embeddings to the final norm (no layer writes it; both final norms keep only it), and one lm_head row reads it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ HIDDEN_SIZE = 128
 LOW_ENTROPY_TOKENS = 6
 # Part of the folder name: a changed generator never reuses checkpoints an older one wrote.
 GENERATOR_VERSION = 3
+# Constant targets: the channel that carries the constant, its value, and the token they emit.
+CONSTANT_CHANNEL, CONSTANT_VALUE, CONSTANT_TOKEN = 0, 8.0, 7
 
 
 @dataclass(frozen=True)
@@ -206,12 +212,42 @@ def _dspark_drafter(out: Path, *, target_layers: list[int], seed: int) -> None:
     _save_json(out / "config.json", cfg)
 
 
-def make_tiny_models(root: Path, *, hybrid: bool, low_entropy: bool = False, seed: int = 0) -> TinyModels:
+def _make_constant(target: Path, dflash: Path) -> None:
+    """Rewrite a dense target and its drafter so both always pick CONSTANT_TOKEN (module docstring)."""
+    from safetensors.torch import load_file, save_file
+
+    d = CONSTANT_CHANNEL
+    for path, norm in (
+        (target / "model.safetensors", "model.norm.weight"),
+        (dflash / "model.safetensors", "norm.weight"),
+    ):
+        state = load_file(str(path))
+        for name, w in state.items():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                w[d] = 0  # no layer writes the constant channel
+        state[norm] = torch.zeros_like(state[norm])
+        state[norm][d] = 1.0
+        if "model.embed_tokens.weight" in state:
+            state["model.embed_tokens.weight"][:, d] = CONSTANT_VALUE
+            head = torch.zeros_like(state["lm_head.weight"])
+            head[CONSTANT_TOKEN, d] = 50.0
+            state["lm_head.weight"] = head
+        save_file(state, str(path), metadata={"format": "pt"})
+
+
+def make_tiny_models(
+    root: Path, *, hybrid: bool, low_entropy: bool = False, constant: bool = False, seed: int = 0
+) -> TinyModels:
     """Write a target (Qwen3 or the Qwen3.5 hybrid) and a DFlash drafter for it under ``root``; reuse them if
     they already exist (same arguments, same files)."""
+    if constant and (hybrid or low_entropy):
+        raise ValueError(
+            "constant=True makes a dense target of its own; it takes neither hybrid nor low_entropy"
+        )
     kind = (
         ("qwen35" if hybrid else "qwen3")
         + ("_lowent" if low_entropy else "")
+        + ("_constant" if constant else "")
         + f"_s{seed}_v{GENERATOR_VERSION}"
     )
     base = Path(root) / kind
@@ -224,6 +260,8 @@ def make_tiny_models(root: Path, *, hybrid: bool, low_entropy: bool = False, see
         else:
             _qwen3_target(target, low_entropy=low_entropy, seed=seed)
         _dflash_drafter(dflash, target_layers=layers, seed=seed)
+        if constant:
+            _make_constant(target, dflash)
         done.write_text("ok")
     if not (dspark / "done").exists():
         _dspark_drafter(dspark, target_layers=layers, seed=seed)

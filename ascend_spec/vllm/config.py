@@ -15,10 +15,75 @@ from ascend_spec.vllm.ascend.settings import VllmAscendSettings, parse_vllm_asce
 
 CONFIG_KEY = "ascend_spec"
 BACKENDS = ("auto", "reference", "triton", "ascendc")
+DYNAMIC_MODES = ("sync", "off")
+PROFILE_STATISTICS = ("min", "median")
 
 
 def _where(key: str) -> str:
     return f"additional_config['{CONFIG_KEY}']['{key}']"
+
+
+@dataclass(frozen=True)
+class DynamicConfig:
+    """Dynamic verification (``additional_config["ascend_spec"]["dynamic"]``, docs/vllm.md).
+
+    * ``mode``: ``sync`` (after each drafter run: confidence -> survival -> controller -> per-request draft
+      lengths, one device-to-host copy per step) or ``off`` (every request verifies all K drafts).
+    * ``profile``: ``"measure"`` (time the target and the drafter at engine start, cached as JSON under
+      ``VLLM_CACHE_ROOT``) or the path of a profile file (read when it exists, else measured and written there).
+    * ``max_startup_s``: bound on the seconds measuring may add to engine start (exceeded: a clear error).
+    * ``warmup`` / ``repeats``: calls per measured token count before / while timing.
+    * ``statistic``: ``min`` (default: the uncontended cost on a shared machine) or ``median`` of the repeats.
+    * ``probe_interval``: after a step planned as plain decoding, the drafter is skipped for
+      ``probe_interval - 1`` steps (plain decodes that cost V(B) only), then runs once to probe again; 1 drafts at
+      every step.
+    """
+
+    mode: str = "sync"
+    profile: str = "measure"
+    max_startup_s: float = 120.0
+    warmup: int = 2
+    repeats: int = 7
+    statistic: str = "min"
+    probe_interval: int = 8
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+
+def _parse_dynamic(raw: object) -> DynamicConfig:
+    where = _where("dynamic")
+    if raw is True:
+        raw = {}
+    if raw is False or raw is None:
+        raw = {"mode": "off"}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be a dict of settings (or true/false); got {raw!r}")
+    known = {f.name for f in fields(DynamicConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"unknown key {where}['{unknown[0]}']; known keys: {', '.join(sorted(known))}")
+    if "mode" in raw and raw["mode"] not in DYNAMIC_MODES:
+        raise ValueError(f"{where}['mode'] must be one of {', '.join(DYNAMIC_MODES)}; got {raw['mode']!r}")
+    if "profile" in raw and (not isinstance(raw["profile"], str) or not raw["profile"]):
+        raise ValueError(
+            f"{where}['profile'] must be 'measure' or a profile file path; got {raw['profile']!r}"
+        )
+    if "statistic" in raw and raw["statistic"] not in PROFILE_STATISTICS:
+        raise ValueError(
+            f"{where}['statistic'] must be one of {', '.join(PROFILE_STATISTICS)}; got {raw['statistic']!r}"
+        )
+    if "max_startup_s" in raw:
+        v = raw["max_startup_s"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+            raise ValueError(f"{where}['max_startup_s'] must be a positive number of seconds; got {v!r}")
+    for key, minimum in (("warmup", 0), ("repeats", 1), ("probe_interval", 1)):
+        if key in raw:
+            v = raw[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+                raise ValueError(f"{where}['{key}'] must be an int >= {minimum}; got {v!r}")
+    return DynamicConfig(**dict(raw))
 
 
 @dataclass(frozen=True)
@@ -34,6 +99,7 @@ class AscendSpecConfig:
     * ``backend``: backend of every op the plugin calls (``auto``: reference on CPU, triton on CUDA, ascendc on
       NPU; ``ASCEND_SPEC_BACKEND`` overrides ``auto`` as for the ops themselves).
     * ``vllm_ascend``: the vllm-ascend adapter's settings (:mod:`ascend_spec.vllm.ascend.settings`).
+    * ``dynamic``: dynamic verification (:class:`DynamicConfig`; off unless given).
     """
 
     enabled: bool = True
@@ -42,12 +108,15 @@ class AscendSpecConfig:
     dspark: bool = True
     backend: str = "auto"
     vllm_ascend: VllmAscendSettings = field(default_factory=VllmAscendSettings)
+    dynamic: DynamicConfig = field(default_factory=lambda: DynamicConfig(mode="off"))
 
     def describe(self) -> str:
         parts = [f"backend={self.backend}"]
         parts.append("ragged GDN verification" if self.gdn_verify else "GDN verification off")
         parts.append("DFlash block slots" if self.block_slots else "DFlash block slots off")
         parts.append("DSpark on V1" if self.dspark else "DSpark off")
+        if self.dynamic.enabled:
+            parts.append(f"dynamic verification ({self.dynamic.mode}, profile {self.dynamic.profile})")
         return ", ".join(parts)
 
 
@@ -80,5 +149,7 @@ def parse_config(additional_config: object) -> AscendSpecConfig | None:
         raise ValueError(f"{_where('backend')} must be one of {', '.join(BACKENDS)}; got {raw['backend']!r}")
     values = dict(raw)
     values["vllm_ascend"] = parse_vllm_ascend(raw.get("vllm_ascend"))
+    if "dynamic" in values:
+        values["dynamic"] = _parse_dynamic(values["dynamic"])
     config = AscendSpecConfig(**values)
     return config if config.enabled else None

@@ -114,6 +114,45 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="with dspark_proposer",
     ),
     PatchPoint(
+        name="dynamic_propose",
+        target="GPUModelRunner.propose_draft_token_ids (per runner instance)",
+        what="after the drafter: its scores -> confidence -> survival_probs -> one host copy -> "
+        "BudgetController.plan -> allocate_verify_budget: this step's draft length per request",
+        why="V1 verifies every proposed draft; its own adaptive verification is refused on V1",
+        how="instance attribute wrapping the bound method; the proposer exposes take_draft_scores() "
+        "(DFlash: its draft logits; a DSpark proposer: its confidence head)",
+        remove_when="V1 takes per-request draft lengths from a drafter hook",
+    ),
+    PatchPoint(
+        name="dynamic_take_drafts",
+        target="GPUModelRunner.take_draft_token_ids (per runner instance)",
+        what="cuts each request's draft list to its chosen length before the engine core hands it to the "
+        "scheduler (which schedules len(spec_token_ids) per request: the target verifies ragged lengths)",
+        why="the one place where V1's draft lists leave the runner, already on the host",
+        how="instance attribute wrapping the bound method",
+        remove_when="with dynamic_propose",
+    ),
+    PatchPoint(
+        name="dynamic_skip_drafter",
+        target="GPUModelRunner._input_fits_in_drafter (per runner instance)",
+        what="the no-draft option: after a step planned as plain decoding, reports 'does not fit' for "
+        "probe_interval - 1 steps, so V1 skips the drafter and zero-fills the drafts (cut to none)",
+        why="a plain-decode step should cost V(B), not V(B) + D(B x Q); V1 has no other switch to skip the drafter",
+        how="instance attribute wrapping the bound method; the lengths of a skipped step are all 0",
+        remove_when="V1 lets a runner skip the drafter for a step",
+    ),
+    PatchPoint(
+        name="dynamic_profiles",
+        target="GPUModelRunner.execute_model (per runner instance, first call)",
+        what="before the first step: the cost profiles of the target and the drafter (measured at their own "
+        "buckets with the runner's dummy runs, or read from the cache / a file) and the controller",
+        why="the costs are those of this device, dtype and engine under its serving settings: the CPU worker "
+        "changes torch's thread count after the KV cache is built (timings taken inside initialize_kv_cache "
+        "were ~100x off); between steps is where vLLM runs its own dummy batches",
+        how="instance attribute wrapping the bound method; builds once, then calls through",
+        remove_when="vLLM exposes per-size step timings of target and drafter",
+    ),
+    PatchPoint(
         name="startup_log",
         target="GPUModelRunner.load_model (per runner instance)",
         what="one log line saying what the plugin switched on (GDN layers verified, proposer, backend)",
@@ -285,7 +324,8 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
 
         upstream = gpu_model_runner.DFlashProposer
         upstream_eagle = gpu_model_runner.EagleProposer
-        if settings.block_slots and not npu:  # NPU: the adapter's proposer replaces vLLM's after this
+        # NPU: the adapter's proposer replaces vLLM's after this
+        if (settings.block_slots or settings.dynamic.enabled) and not npu:
             from ascend_spec.vllm.proposer import AscendSpecDFlashProposer
 
             gpu_model_runner.DFlashProposer = AscendSpecDFlashProposer
@@ -303,6 +343,10 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
             self.use_aux_hidden_state_outputs = True  # DSpark reads the target's aux hidden states, as DFlash
         self.ascend_spec = settings
         _install_runner_hooks(self)
+        if settings.dynamic.enabled:
+            from ascend_spec.vllm.dynamic_runner import install_dynamic
+
+            install_dynamic(self)
 
     return __init__
 
@@ -314,6 +358,10 @@ def _drafts_with_dspark(vllm_config, settings: AscendSpecConfig) -> bool:  # noq
 
 def _check_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
     """Engine settings the patch points need, refused with the setting to change."""
+    if settings.dynamic.enabled:
+        from ascend_spec.vllm.dynamic_runner import check_dynamic_engine
+
+        check_dynamic_engine(vllm_config)
     if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
         return
     if vllm_config.speculative_config is None:

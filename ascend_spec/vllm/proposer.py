@@ -7,6 +7,10 @@ accepted context token), the block covers ``p_b .. p_b + K`` (pages crossed thro
 context is the ``n_b`` accepted tokens of this target step at ``p_b - n_b .. p_b - 1``. In vLLM's padded
 drafter batch the target step's rejected tokens are not context: their hidden states are dropped here instead of
 being written to the drafter cache past the sequence end (where vLLM writes them and later overwrites them).
+
+With dynamic verification on, the subclass also keeps this step's draft logits ``[B*K, V]`` for the controller
+(:meth:`take_draft_scores`, the :class:`~ascend_spec.vllm.dynamic.ConfidenceSource` seam): DFlash has no
+confidence head, so its confidence is the max-softmax of these logits.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from vllm.v1.spec_decode.dflash import DFlashProposer
 
 from ascend_spec.ops import prepare_block_slots
 from ascend_spec.vllm.config import parse_config
+from ascend_spec.vllm.dynamic import DraftScores
 
 
 class AscendSpecDFlashProposer(DFlashProposer):
@@ -33,6 +38,27 @@ class AscendSpecDFlashProposer(DFlashProposer):
         super().__init__(vllm_config, device, runner)
         settings = parse_config(vllm_config.additional_config)
         self.ascend_spec = settings if settings is not None and settings.block_slots else None
+        self.keep_draft_scores = settings is not None and settings.dynamic.enabled
+        self._draft_scores: DraftScores | None = None
+        if self.keep_draft_scores and (self.use_local_argmax_reduction or self.use_heterogeneous_vocab):
+            raise ValueError(
+                "additional_config['ascend_spec']['dynamic'] needs the DFlash drafter's full logits; it does not "
+                "run with use_local_argmax_reduction or a heterogeneous draft vocabulary"
+            )
+
+    def take_draft_scores(self) -> DraftScores | None:
+        """This step's draft logits (consumed once; None when the drafter has not run since)."""
+        scores, self._draft_scores = self._draft_scores, None
+        return scores
+
+    def _sample_draft_tokens(self, hidden_states, sampling_metadata):  # noqa: ANN001, ANN202 - vLLM signature
+        if not self.keep_draft_scores:
+            return super()._sample_draft_tokens(hidden_states, sampling_metadata)
+        # One logits computation serves both the drafts and their confidences.
+        logits = self.model.compute_logits(hidden_states)
+        k = self.num_speculative_tokens
+        self._draft_scores = DraftScores("logits", logits, logits.shape[0] // k, k)
+        return self._sample_from_logits(logits, sampling_metadata)
 
     def set_inputs_first_pass(
         self,

@@ -1,0 +1,169 @@
+"""``ascend-spec e2e --sweep``: plain decoding, every fixed K and the dynamic controller, at several batch sizes.
+
+Per batch size B (B concurrent requests, ``max_num_seqs = B``) every row is a fresh engine on the same prompts:
+plain decoding, DFlash with the plugin at each fixed K = 1..K_max, and DFlash with dynamic verification
+(K_max drafted, the controller choosing per request). Columns: tokens/s (best of ``--repeats``) and its ratio to
+plain decoding at that B, mean verify and acceptance lengths, the chosen totals per step (histogram
+``T:steps``), the plugin's overhead per step (confidence + survival + controller + allocation, measured in the
+engine) and host copies per step. ``--plot`` writes tokens/s against B per mode (matplotlib).
+
+``--threads`` (default 1) sets ``OMP_NUM_THREADS`` of every engine: vLLM 0.32's CPU worker keeps torch's
+thread count of a speculative engine after binding its threads, and two OpenMP threads on a busy 2-core machine
+made every kernel wait ~6 ms at a barrier (a 32-token DFlash run took 7.3 s with 2 threads, 0.15 s with 1), which
+swamps every comparison; 0 leaves the environment alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ascend_spec.e2e.engine import EngineRun, EngineSpec, run_isolated
+
+
+@dataclass
+class SweepRow:
+    batch: int
+    mode: str  # "plain", "K=<k>", "dynamic"
+    run: EngineRun
+
+    def as_dict(self, plain_tps: float | None) -> dict:
+        r = self.run
+        dyn = r.dynamic or {}
+        return {
+            "batch": self.batch,
+            "mode": self.mode,
+            "error": r.error,
+            "tokens_per_s": round(r.tokens_per_second, 2),
+            "vs_plain": round(r.tokens_per_second / plain_tps, 3) if plain_tps and not r.error else None,
+            "mean_verify_length": r.mean_verify_length,
+            "mean_acceptance_length": r.mean_acceptance_length,
+            "budget_histogram": dyn.get("totals"),
+            "draft_length_histogram": dyn.get("lengths"),
+            "overhead_ms_per_step": dyn.get("overhead_ms_per_step"),
+            "host_copies_per_step": dyn.get("host_copies_per_step"),
+            "profile_startup_s": dyn.get("profile_startup_s"),
+        }
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def format_sweep(rows: list[SweepRow]) -> str:
+    header = [
+        "B",
+        "mode",
+        "tok/s",
+        "vs plain",
+        "verify len",
+        "accept len",
+        "overhead ms/step",
+        "host copies/step",
+        "chosen T per step (T:steps)",
+    ]
+    lines = [header]
+    plain = {r.batch: r.run.tokens_per_second for r in rows if r.mode == "plain" and not r.run.error}
+    for row in rows:
+        r = row.run
+        if r.error:
+            lines.append([str(row.batch), row.mode, "failed", "-", "-", "-", "-", "-", r.error[:160]])
+            continue
+        dyn = r.dynamic or {}
+        base = plain.get(row.batch)
+        hist = " ".join(f"{t}:{n}" for t, n in (dyn.get("totals") or {}).items()) or "-"
+        lines.append(
+            [
+                str(row.batch),
+                row.mode,
+                f"{r.tokens_per_second:.1f}",
+                _fmt(r.tokens_per_second / base if base else None),
+                _fmt(r.mean_verify_length),
+                _fmt(r.mean_acceptance_length),
+                _fmt(dyn.get("overhead_ms_per_step"), 3),
+                _fmt(dyn.get("host_copies_per_step")),
+                hist,
+            ]
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    out = [" | ".join([c.ljust(w) for c, w in zip(line[:-1], widths)] + [line[-1]]) for line in lines]
+    out.insert(1, "-+-".join("-" * w for w in widths) + "-+-" + "-" * 20)
+    return "\n".join(out)
+
+
+def plot_sweep(rows: list[SweepRow], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes: dict[str, list[tuple[int, float]]] = {}
+    for row in rows:
+        if not row.run.error:
+            modes.setdefault(row.mode, []).append((row.batch, row.run.tokens_per_second))
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=80)
+    for mode, points in modes.items():
+        points.sort()
+        style = "-o" if mode in ("plain", "dynamic") else "--."
+        ax.plot([b for b, _ in points], [t for _, t in points], style, label=mode)
+    ax.set_xlabel("batch size (concurrent requests)")
+    ax.set_ylabel("tokens/s")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: bool) -> int:
+    from ascend_spec.e2e.cli import builtin_prompts
+
+    batches = sorted({int(b) for b in str(args.batch_sizes).split(",")})
+    if not batches or batches[0] < 1:
+        raise ValueError(f"--batch-sizes must be positive ints separated by commas; got {args.batch_sizes!r}")
+    k_max = args.num_spec
+    work = Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_sweep_"))
+    base_plugin = {"backend": args.backend}
+    dynamic = dict(base_plugin, dynamic={"mode": "sync", "profile": args.profile})
+    rows: list[SweepRow] = []
+    for b in batches:
+        prompts = builtin_prompts(b)
+        lengths = [max(1, args.max_tokens - 3 * (i % 3)) for i in range(b)]
+
+        def spec(k: int | None, plugin: dict | None, b: int = b) -> EngineSpec:
+            cfg = (
+                None
+                if k is None
+                else {"method": "dflash", "model": str(drafter), "num_speculative_tokens": k}
+            )
+            return EngineSpec(target=target, speculative=cfg, plugin=plugin, hybrid=hybrid, max_num_seqs=b)
+
+        configs = [("plain", spec(None, None))]
+        configs += [(f"K={k}", spec(k, base_plugin)) for k in range(1, k_max + 1)]
+        configs.append(("dynamic", spec(k_max, dynamic)))
+        env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
+        for mode, engine in configs:
+            result = run_isolated(
+                engine, prompts, work_dir=work, max_tokens=lengths, repeats=args.repeats, env=env
+            )
+            rows.append(SweepRow(b, mode, result))
+            print(f"  B={b} {mode}: {'failed' if result.error else f'{result.tokens_per_second:.1f} tok/s'}")
+    kind = "constant " if getattr(args, "constant", False) else "low-entropy " if args.low_entropy else ""
+    title = (
+        f"ascend-spec e2e --sweep: {kind}{'hybrid' if hybrid else 'dense'} target, DFlash, K<={k_max}, "
+        f"{args.max_tokens} tokens/request"
+    )
+    print(title)
+    print(format_sweep(rows))
+    if args.plot:
+        plot_sweep(rows, args.plot, title)
+        print(f"wrote {args.plot}")
+    if args.json:
+        plain = {r.batch: r.run.tokens_per_second for r in rows if r.mode == "plain" and not r.run.error}
+        args.json.write_text(json.dumps([r.as_dict(plain.get(r.batch)) for r in rows], indent=2))
+        print(f"wrote {args.json}")
+    return 0

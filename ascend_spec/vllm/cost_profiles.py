@@ -1,0 +1,217 @@
+"""Cost profiles of one engine's target and drafter, measured at engine start or read from a file.
+
+The controller needs V(n) (the target running n tokens) and D(n) (the drafter running n = B x Q tokens) on this
+device, with this dtype and these engine settings. At engine start (after the KV cache exists) the target is
+timed with the runner's own dummy forward at every target bucket and the drafter with its own dummy run at every
+draft bucket (:mod:`ascend_spec.vllm.graphs`), each through ``CostProfile.measure`` (CUDA/NPU events, the wall
+clock on CPU). The result is cached as JSON keyed by everything the costs depend on (:func:`profile_key`); an
+engine with the same key reuses it. ``dynamic.profile`` may name a file instead: read when it exists (a key that
+differs from this engine's is logged), else measured and written there. Measuring is bounded by
+``dynamic.max_startup_s``: past the bound it stops with an error naming the key (nothing half-measured is kept).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ascend_spec.graph import CostProfile, GraphBuckets
+from ascend_spec.graph.config_io import read_json
+from ascend_spec.graph.cost_profile import STATISTICS
+from ascend_spec.vllm.config import DynamicConfig, _where
+
+logger = logging.getLogger("ascend_spec.vllm")
+
+ENGINE_PROFILE_FORMAT = "ascend-spec/engine-cost-profiles/v1"
+
+
+@dataclass(frozen=True)
+class EngineProfiles:
+    """The target's and the drafter's profiles, where they came from and what measuring them cost."""
+
+    target: CostProfile
+    draft: CostProfile
+    key: dict[str, Any] | None
+    source: str  # "measured", "cache <path>" or "file <path>"
+    startup_s: float  # seconds measuring added to engine start (0 when read)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": ENGINE_PROFILE_FORMAT,
+            "key": self.key,
+            "startup_s": self.startup_s,
+            "target": self.target.to_dict(),
+            "draft": self.draft.to_dict(),
+        }
+
+
+def profile_key(vllm_config, device: torch.device, graphs, settings: DynamicConfig) -> dict[str, Any]:  # noqa: ANN001
+    """Everything the measured costs depend on: models, device, dtype, engine settings, buckets, versions."""
+    import vllm
+
+    from ascend_spec import __version__
+
+    spec = vllm_config.speculative_config
+    mc = vllm_config.model_config
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return {
+        "model": str(mc.model),
+        "draft_model": str(getattr(spec, "model", None)),
+        "method": spec.method,
+        "num_speculative_tokens": spec.num_speculative_tokens,
+        "device": name,
+        "dtype": str(mc.dtype),
+        "max_num_seqs": vllm_config.scheduler_config.max_num_seqs,
+        "enforce_eager": bool(mc.enforce_eager),
+        "tensor_parallel_size": vllm_config.parallel_config.tensor_parallel_size,
+        "torch_threads": torch.get_num_threads(),
+        "statistic": settings.statistic,
+        "target_buckets": graphs.target.buckets.to_list(),
+        "draft_buckets": graphs.draft.buckets.to_list(),
+        "vllm": str(vllm.__version__),
+        "ascend_spec": __version__,
+    }
+
+
+def cache_path(key: dict[str, Any]) -> Path:
+    from vllm import envs
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return Path(envs.VLLM_CACHE_ROOT) / "ascend_spec" / "cost_profiles" / f"{digest}.json"
+
+
+def load_engine_profiles(
+    path: Path, key: dict[str, Any] | None = None, source: str | None = None
+) -> EngineProfiles:
+    data = read_json(path)
+    where = str(path)
+    if not isinstance(data, dict) or data.get("format") != ENGINE_PROFILE_FORMAT:
+        raise ValueError(
+            f"{_where('dynamic')}['profile']: {where} is not an engine profile file "
+            f"(format must be {ENGINE_PROFILE_FORMAT!r}; got {data.get('format') if isinstance(data, dict) else data!r})"
+        )
+    for part in ("target", "draft"):
+        if part not in data:
+            raise ValueError(f"{_where('dynamic')}['profile']: {where} has no {part!r} profile")
+    stored = data.get("key")
+    if key is not None and stored is not None and stored != key:
+        diff = sorted(k for k in set(stored) | set(key) if stored.get(k) != key.get(k))
+        logger.warning("ascend-spec: cost profile %s was measured with different %s", where, ", ".join(diff))
+    return EngineProfiles(
+        target=CostProfile.from_dict(data["target"], where=f"{where}: target"),
+        draft=CostProfile.from_dict(data["draft"], where=f"{where}: draft"),
+        key=stored,
+        source=source or f"file {where}",
+        startup_s=0.0,
+    )
+
+
+class _Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def wrap(self, fn: Callable[[int], Any]) -> Callable[[int], Any]:
+        def run(n: int) -> Any:
+            if self.elapsed() > self.seconds:
+                raise RuntimeError(
+                    f"measuring the cost profiles took more than {_where('dynamic')}['max_startup_s'] = "
+                    f"{self.seconds} s; raise it, lower 'repeats'/'warmup', or give a measured profile file "
+                    "in 'profile'"
+                )
+            return fn(n)
+
+        return run
+
+
+def _interleaved(
+    run_fn: Callable[[int], Any],
+    buckets: GraphBuckets,
+    settings: DynamicConfig,
+    device: torch.device,
+    part: str,
+) -> CostProfile:
+    """``CostProfile.measure`` in ``repeats`` rounds over all buckets, reduced per bucket by ``statistic``.
+
+    Round by round rather than bucket by bucket: a burst of other work on a shared machine then slows one run of
+    many buckets instead of every run of a few, and the minimum (the default statistic) discards it.
+    """
+    rounds = [
+        CostProfile.measure(
+            run_fn, buckets, warmup=settings.warmup if r == 0 else 0, repeats=1, device=device
+        )
+        for r in range(settings.repeats)
+    ]
+    reduce = STATISTICS[settings.statistic]
+    costs: dict[int, float] = {}
+    origins: dict[int, str] = {}
+    running = 0.0
+    for size in buckets:
+        value = reduce([p.costs[size] for p in rounds])
+        if value < running:  # a larger graph is never cheaper: noise, raised to the running maximum
+            costs[size], origins[size] = running, "adjusted"
+        else:
+            costs[size], origins[size] = value, "measured"
+            running = value
+    source = (
+        f"ascend-spec engine start on {device}: {settings.statistic} of {settings.repeats} rounds over all "
+        f"buckets after {settings.warmup} warm-up"
+    )
+    return CostProfile(costs, part=part, origins=origins, source=source)
+
+
+def measure_engine_profiles(
+    run_target: Callable[[int], Any],
+    run_draft: Callable[[int], Any],
+    target_buckets: GraphBuckets,
+    draft_buckets: GraphBuckets,
+    settings: DynamicConfig,
+    device: torch.device,
+    key: dict[str, Any] | None = None,
+) -> EngineProfiles:
+    """Time both parts at their buckets within ``settings.max_startup_s`` (module docstring)."""
+    deadline = _Deadline(settings.max_startup_s)
+    target = _interleaved(deadline.wrap(run_target), target_buckets, settings, device, "target")
+    draft = _interleaved(deadline.wrap(run_draft), draft_buckets, settings, device, "draft")
+    return EngineProfiles(target, draft, key, "measured", deadline.elapsed())
+
+
+def engine_profiles(
+    settings: DynamicConfig,
+    key: dict[str, Any],
+    measure: Callable[[], EngineProfiles],
+) -> EngineProfiles:
+    """Read the profile file or the cache when there is one, else measure (and write it); log what it cost."""
+    explicit = settings.profile != "measure"
+    path = Path(os.path.expanduser(settings.profile)) if explicit else cache_path(key)
+    if path.exists():
+        profiles = load_engine_profiles(path, key, source=f"{'file' if explicit else 'cache'} {path}")
+        logger.info("ascend-spec: cost profiles from %s (0 s added to start-up)", profiles.source)
+        return profiles
+    profiles = measure()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(profiles.to_dict(), indent=2) + "\n")
+    tmp.replace(path)
+    logger.info(
+        "ascend-spec: measured cost profiles at %d target and %d draft token counts in %.2f s "
+        "(bound %s s), cached in %s",
+        len(profiles.target.buckets),
+        len(profiles.draft.buckets),
+        profiles.startup_s,
+        settings.max_startup_s,
+        path,
+    )
+    return profiles

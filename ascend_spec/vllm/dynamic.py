@@ -1,0 +1,208 @@
+"""Dynamic verification in vLLM's V1 runner: per-request draft lengths chosen after every drafter run.
+
+One step, after the drafter proposed ``[B, K]`` drafts:
+
+1. confidence ``c [B, K]``: ``max_softmax_confidence`` on DFlash's draft logits, or ``head_confidence`` on a
+   DSpark confidence head (the :class:`DraftScores` seam: a proposer's ``take_draft_scores()``);
+2. survival ``p = survival_probs(c)``;
+3. **one device-to-host copy** of the ``[B, K]`` survivals into a pinned buffer (non-blocking on the device's
+   stream, then one wait): every length below is computed from it on the host, where the scheduler needs them;
+   nothing is read per request;
+4. ``BudgetController.plan`` chooses the total T (or T = 0: speculating is predicted slower than plain decoding,
+   so the next target step is a plain decode of one token per request) and ``allocate_verify_budget`` splits it;
+5. ``take_draft_token_ids`` (what the engine core hands the scheduler) cuts request b's draft list to its
+   ``num_drafts[b]``: V1's scheduler schedules ``len(spec_token_ids)`` per request, so the target verifies the
+   ragged lengths with no other change.
+
+The no-draft option goes one step further: after a step planned as plain decoding, the drafter is skipped for
+``probe_interval - 1`` steps (V1's own "input does not fit the drafter" path; every request gets no drafts), so
+those steps cost V(B) only, then it runs once to probe again; while probes keep planning plain decoding the
+stretch doubles (up to 8 x probe_interval), and the first speculative plan resets it. The tokens of skipped steps never enter the
+drafter's context cache (its slots stay zeroed): drafts right after a skip may be worse, output is unchanged.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from ascend_spec.graph import BudgetController
+from ascend_spec.ops import allocate_verify_budget, head_confidence, max_softmax_confidence, survival_probs
+
+SCORE_KINDS = ("logits", "head")
+#: Consecutive plain plans double the drafter-less stretch, at most this many times (probe_interval x 8).
+MAX_BACKOFF_DOUBLINGS = 3
+
+
+@dataclass(frozen=True)
+class DraftScores:
+    """What a drafter exposes for its confidences: ``logits [B*K, V]`` (max-softmax) or ``head [B, K]`` logits
+    of a confidence head (sigmoid), with B and K."""
+
+    kind: str
+    values: torch.Tensor
+    num_reqs: int
+    num_drafts: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCORE_KINDS:
+            raise ValueError(f"DraftScores.kind must be one of {', '.join(SCORE_KINDS)}; got {self.kind!r}")
+
+
+class ConfidenceSource(Protocol):
+    """A proposer whose drafts the controller can score (DFlash here; a DSpark proposer implements the same)."""
+
+    def take_draft_scores(self) -> DraftScores | None:
+        """This step's scores (consumed: a second call returns None until the drafter runs again)."""
+
+
+def confidence(scores: DraftScores, backend: str = "auto") -> torch.Tensor:
+    """``[B, K]`` fp32 confidences in [0, 1] from a drafter's scores."""
+    b, k = scores.num_reqs, scores.num_drafts
+    if scores.kind == "head":
+        return head_confidence(scores.values).reshape(b, k)
+    return max_softmax_confidence(scores.values, backend=backend).reshape(b, k)
+
+
+class HostReader:
+    """The one device-to-host path of a step: survivals into a reused (pinned on devices) host buffer.
+
+    ``copies`` counts every read; the tests wrap nothing else because nothing else reads device values.
+    """
+
+    def __init__(self) -> None:
+        self._buffer: torch.Tensor | None = None
+        self.copies = 0
+
+    def read(self, values: torch.Tensor) -> torch.Tensor:
+        self.copies += 1
+        if values.device.type == "cpu":
+            return values.detach().clone()
+        if (
+            self._buffer is None
+            or self._buffer.numel() < values.numel()
+            or self._buffer.dtype != values.dtype
+        ):
+            self._buffer = torch.empty(values.numel(), dtype=values.dtype, pin_memory=True)
+        out = self._buffer[: values.numel()].view(values.shape)
+        out.copy_(values, non_blocking=True)
+        mod = torch.cuda if values.device.type == "cuda" else torch.npu  # type: ignore[attr-defined]
+        mod.current_stream(values.device).synchronize()
+        return out
+
+
+@dataclass
+class DynamicStats:
+    """Per-engine counters of dynamic verification (read by ``ascend-spec e2e`` and the tests)."""
+
+    steps: int = 0
+    plain_steps: int = 0
+    host_copies: int = 0
+    max_host_copies_per_step: int = 0
+    overhead_s: float = 0.0  # confidence + survival + controller + allocation, summed over steps
+    totals: collections.Counter = field(default_factory=collections.Counter)  # T per step
+    lengths: collections.Counter = field(default_factory=collections.Counter)  # drafts per request per step
+    batch_sizes: collections.Counter = field(default_factory=collections.Counter)
+    draft_graphs: collections.Counter = field(default_factory=collections.Counter)
+    target_graphs: collections.Counter = field(default_factory=collections.Counter)
+    ragged_steps: int = 0  # steps whose requests verify different numbers of drafts
+    skipped_steps: int = 0  # plain decodes without a drafter run (the no-draft option)
+    last_lengths: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "plain_steps": self.plain_steps,
+            "host_copies": self.host_copies,
+            "max_host_copies_per_step": self.max_host_copies_per_step,
+            "host_copies_per_step": self.host_copies / self.steps if self.steps else 0.0,
+            "overhead_ms_per_step": self.overhead_s / self.steps * 1e3 if self.steps else 0.0,
+            "totals": {str(k): v for k, v in sorted(self.totals.items())},
+            "lengths": {str(k): v for k, v in sorted(self.lengths.items())},
+            "batch_sizes": {str(k): v for k, v in sorted(self.batch_sizes.items())},
+            "draft_graphs": {str(k): v for k, v in self.draft_graphs.items()},
+            "target_graphs": {str(k): v for k, v in self.target_graphs.items()},
+            "ragged_steps": self.ragged_steps,
+            "skipped_steps": self.skipped_steps,
+        }
+
+
+class DynamicVerifier:
+    """Chooses each request's draft length from this step's scores (module docstring)."""
+
+    def __init__(
+        self,
+        controller: BudgetController,
+        graphs,  # noqa: ANN001
+        backend: str = "auto",
+        probe_interval: int = 1,
+    ) -> None:
+        self.controller = controller
+        self.graphs = graphs
+        self.backend = backend
+        self.probe_interval = probe_interval
+        self.reader = HostReader()
+        self.stats = DynamicStats()
+        self._skips_left = 0
+        self._plain_probes = 0  # consecutive probes that planned plain decoding
+
+    def skip_drafter(self) -> bool:
+        """Whether this step's drafter run is skipped (a plain decode follows); counts the skip."""
+        if self._skips_left <= 0:
+            return False
+        self._skips_left -= 1
+        self.stats.skipped_steps += 1
+        return True
+
+    def lengths(self, scores: DraftScores) -> list[int]:
+        start = time.perf_counter()
+        copies_before = self.reader.copies
+        conf = confidence(scores, self.backend)
+        host = self.reader.read(survival_probs(conf))
+        plan = self.controller.plan(host)
+        alloc = allocate_verify_budget(host, plan.total_budget, backend="reference")
+        lengths = alloc.num_drafts.tolist()  # a host tensor: no device read
+        elapsed = time.perf_counter() - start
+        self._record(lengths, plan.total_budget, elapsed, self.reader.copies - copies_before)
+        if plan.total_budget == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, 4x, 8x
+            self._plain_probes += 1
+            interval = self.probe_interval * 2 ** min(self._plain_probes - 1, MAX_BACKOFF_DOUBLINGS)
+            self._skips_left = interval - 1
+        else:
+            self._plain_probes = 0
+        return lengths
+
+    def _record(self, lengths: list[int], total: int, elapsed: float, copies: int) -> None:
+        s = self.stats
+        b = len(lengths)
+        s.steps += 1
+        s.plain_steps += total == 0
+        s.host_copies += copies
+        s.max_host_copies_per_step = max(s.max_host_copies_per_step, copies)
+        s.overhead_s += elapsed
+        s.totals[total] += 1
+        s.lengths.update(lengths)
+        s.batch_sizes[b] += 1
+        s.ragged_steps += len(set(lengths)) > 1
+        s.last_lengths = lengths
+        if self.graphs is not None:
+            draft, target = self.graphs.step(b, b + total)
+            s.draft_graphs[draft.key or ("draft", "eager", draft.num_tokens)] += 1
+            s.target_graphs[target.key or ("target", "eager", target.num_tokens)] += 1
+
+
+def trim_draft_token_ids(draft, lengths: list[int] | None):  # noqa: ANN001, ANN201
+    """vLLM's ``DraftTokenIds`` with request b's list cut to ``lengths[b]`` (same request order)."""
+    if draft is None or lengths is None:
+        return draft
+    if len(lengths) != len(draft.req_ids):
+        raise RuntimeError(
+            f"ascend-spec dynamic verification chose lengths for {len(lengths)} requests but the drafter's lists "
+            f"are for {len(draft.req_ids)}"
+        )
+    ids = [list(row[:n]) for row, n in zip(draft.draft_token_ids, lengths)]
+    return type(draft)(draft.req_ids, ids)

@@ -1,0 +1,177 @@
+"""Dynamic verification wired into one V1 runner: the engine check, the profiles at start, the step hooks.
+
+Patch points (register: :mod:`ascend_spec.vllm.patches`): ``dynamic_profiles`` (``execute_model``, first call),
+``dynamic_propose`` (``propose_draft_token_ids``), ``dynamic_take_drafts`` (``take_draft_token_ids``),
+``dynamic_skip_drafter`` (``_input_fits_in_drafter``); all
+instance attributes of a runner whose engine sets ``additional_config["ascend_spec"]["dynamic"]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from typing import Any
+
+import torch
+
+from ascend_spec.graph import BudgetController
+from ascend_spec.vllm.config import _where
+from ascend_spec.vllm.cost_profiles import engine_profiles, measure_engine_profiles, profile_key
+from ascend_spec.vllm.dynamic import DynamicVerifier, trim_draft_token_ids
+from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, engine_graphs
+
+logger = logging.getLogger("ascend_spec.vllm")
+
+
+def check_dynamic_engine(vllm_config) -> None:  # noqa: ANN001
+    """Refuse engines dynamic verification cannot run on, naming the setting to change."""
+    where = _where("dynamic")
+    spec = vllm_config.speculative_config
+    if spec is None:
+        raise ValueError(f"{where} needs speculative decoding (a speculative_config with a block drafter)")
+    if spec.method not in DRAFT_QUERY_TOKENS:
+        raise ValueError(
+            f"{where} needs a drafter with per-draft confidences ({', '.join(DRAFT_QUERY_TOKENS)}); "
+            f"got speculative method {spec.method!r}"
+        )
+    if vllm_config.scheduler_config.async_scheduling:
+        raise ValueError(
+            f"{where} mode 'sync' chooses the draft lengths on the host before the next step is scheduled; start "
+            "the engine with async_scheduling=False (--no-async-scheduling)"
+        )
+
+
+def install_dynamic(runner) -> None:  # noqa: ANN001
+    """Hook the runner (after its __init__): profiles and controller before the first step, then per step."""
+    execute_model = runner.execute_model
+    propose = runner.propose_draft_token_ids
+    take = runner.take_draft_token_ids
+    fits = runner._input_fits_in_drafter
+    runner.ascend_spec_dynamic = None
+    runner._ascend_spec_lengths = None
+
+    def _execute_model(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+        if (
+            self.ascend_spec_dynamic is None
+        ):  # before the first step's inputs exist, as vLLM's own dummy batches
+            self.ascend_spec_dynamic = build_verifier(self)
+        return execute_model(*args, **kwargs)
+
+    def _propose(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+        self._ascend_spec_lengths = None
+        drafts = propose(*args, **kwargs)
+        verifier = self.ascend_spec_dynamic
+        take_scores = getattr(self.drafter, "take_draft_scores", None)
+        if verifier is not None and take_scores is not None and torch.is_tensor(drafts):
+            scores = take_scores()
+            if scores is not None:
+                if scores.num_reqs != drafts.shape[0] or scores.num_drafts != drafts.shape[1]:
+                    raise RuntimeError(
+                        f"draft scores are for [{scores.num_reqs}, {scores.num_drafts}] drafts, the drafter "
+                        f"proposed {list(drafts.shape)}"
+                    )
+                self._ascend_spec_lengths = verifier.lengths(scores)
+        return drafts
+
+    def _fits(self, *args: Any, **kwargs: Any) -> bool:
+        verifier = self.ascend_spec_dynamic
+        if verifier is not None and verifier.skip_drafter():
+            self._ascend_spec_lengths = [0] * self.input_batch.num_reqs  # V1 then zero-fills the drafts
+            return False
+        return fits(*args, **kwargs)
+
+    def _take(self):  # noqa: ANN202
+        lengths, self._ascend_spec_lengths = self._ascend_spec_lengths, None
+        return trim_draft_token_ids(take(), lengths)
+
+    runner.execute_model = types.MethodType(_execute_model, runner)
+    runner.propose_draft_token_ids = types.MethodType(_propose, runner)
+    runner.take_draft_token_ids = types.MethodType(_take, runner)
+    runner._input_fits_in_drafter = types.MethodType(_fits, runner)
+
+
+def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
+    settings = runner.ascend_spec
+    vllm_config = runner.vllm_config
+    device = torch.device(runner.device)
+    graphs = engine_graphs(vllm_config, device)
+    drafter = runner.drafter
+    if not hasattr(drafter, "take_draft_scores"):
+        raise ValueError(
+            f"{_where('dynamic')}: the drafter {type(drafter).__name__} exposes no draft scores "
+            "(take_draft_scores); dynamic verification needs ascend-spec's DFlash proposer or a DSpark proposer"
+        )
+    key = profile_key(vllm_config, device, graphs, settings.dynamic)
+    q = graphs.draft_tokens_per_request
+    k = graphs.num_spec_tokens
+
+    def measure():  # noqa: ANN202
+        return measure_engine_profiles(
+            lambda n: _run_target(runner, n),
+            lambda n: _run_draft(runner, n, n // q * k),
+            graphs.target.buckets,
+            graphs.draft.buckets,
+            settings.dynamic,
+            device,
+            key,
+        )
+
+    profiles = engine_profiles(settings.dynamic, key, measure)
+    controller = BudgetController(
+        profiles.draft,
+        profiles.target,
+        max_drafts=k,
+        draft_tokens_per_request=q,
+        mode="sync",
+        backend=settings.backend,
+    )
+    verifier = DynamicVerifier(
+        controller, graphs, backend=settings.backend, probe_interval=settings.dynamic.probe_interval
+    )
+    verifier.profiles = profiles
+    logger.info(
+        "ascend-spec: dynamic verification (%s), K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up)",
+        settings.dynamic.mode,
+        k,
+        q,
+        profiles.source,
+        profiles.startup_s,
+    )
+    return verifier
+
+
+@torch.inference_mode()
+def _run_target(runner, num_tokens: int) -> None:  # noqa: ANN001
+    """The target forward over ``num_tokens`` plus their logits, without the drafter's dummy run."""
+    drafter = runner.drafter
+    saved = drafter.__dict__.get("dummy_run")
+    drafter.dummy_run = lambda *args, **kwargs: None
+    try:
+        hidden, _ = runner._dummy_run(num_tokens)
+        runner.model.compute_logits(hidden[:num_tokens])
+    finally:
+        if saved is None:
+            del drafter.dummy_run
+        else:
+            drafter.dummy_run = saved
+
+
+@torch.inference_mode()
+def _run_draft(runner, num_tokens: int, num_logit_rows: int) -> None:  # noqa: ANN001
+    """The drafter over ``num_tokens`` query tokens (as many context tokens) plus its draft logits."""
+    drafter = runner.drafter
+    drafter.dummy_run(num_tokens, use_cudagraphs=False)
+    hidden = torch.zeros(num_logit_rows, drafter.hidden_size, dtype=runner.dtype, device=runner.device)
+    drafter.model.compute_logits(hidden)
+
+
+def dynamic_stats(worker) -> dict | None:  # noqa: ANN001 - collective_rpc target, runs in the worker
+    verifier = getattr(worker.model_runner, "ascend_spec_dynamic", None)
+    if verifier is None:
+        return None
+    out = verifier.stats.as_dict()
+    out["profile_source"] = verifier.profiles.source
+    out["profile_startup_s"] = verifier.profiles.startup_s
+    out["target_costs"] = verifier.profiles.target.costs
+    out["draft_costs"] = verifier.profiles.draft.costs
+    return out

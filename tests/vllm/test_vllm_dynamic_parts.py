@@ -1,0 +1,254 @@
+"""Dynamic verification's parts without an engine: config, engine checks, graph descriptors, one planned step,
+the draft-list cut, engine profile files and the start-up bound."""
+
+from __future__ import annotations
+
+import json
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from ascend_spec.graph import BudgetController, CostProfile, GraphBuckets
+from ascend_spec.ops import max_softmax_confidence, survival_probs
+from ascend_spec.vllm.config import DynamicConfig, parse_config
+from ascend_spec.vllm.cost_profiles import (
+    ENGINE_PROFILE_FORMAT,
+    engine_profiles,
+    load_engine_profiles,
+    measure_engine_profiles,
+)
+from ascend_spec.vllm.dynamic import DraftScores, DynamicVerifier, trim_draft_token_ids
+from ascend_spec.vllm.dynamic_runner import check_dynamic_engine
+from ascend_spec.vllm.graphs import build_engine_graphs
+
+
+def _err(text: str) -> str:
+    return re.escape(text)
+
+
+# ----------------------------------------------------------------------------------------------- config
+
+
+def test_dynamic_is_off_unless_given() -> None:
+    assert parse_config({"ascend_spec": {}}).dynamic.enabled is False
+    assert parse_config({"ascend_spec": {"dynamic": False}}).dynamic.enabled is False
+    assert parse_config({"ascend_spec": {"dynamic": {"mode": "off"}}}).dynamic.enabled is False
+    on = parse_config({"ascend_spec": {"dynamic": True}}).dynamic
+    assert on == DynamicConfig() and on.enabled and on.mode == "sync" and on.profile == "measure"
+    got = parse_config({"ascend_spec": {"dynamic": {"profile": "/p.json", "max_startup_s": 5, "repeats": 3}}})
+    assert got.dynamic == DynamicConfig(profile="/p.json", max_startup_s=5, repeats=3)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"mode": "async"}, "['dynamic']['mode'] must be one of sync, off; got 'async'"),
+        ({"mdoe": "sync"}, "unknown key additional_config['ascend_spec']['dynamic']['mdoe']"),
+        ({"profile": 3}, "['dynamic']['profile'] must be 'measure' or a profile file path; got 3"),
+        ({"profile": ""}, "['dynamic']['profile'] must be 'measure' or a profile file path; got ''"),
+        ({"max_startup_s": 0}, "['dynamic']['max_startup_s'] must be a positive number of seconds; got 0"),
+        (
+            {"max_startup_s": True},
+            "['dynamic']['max_startup_s'] must be a positive number of seconds; got True",
+        ),
+        ({"repeats": 0}, "['dynamic']['repeats'] must be an int >= 1; got 0"),
+        ({"warmup": -1}, "['dynamic']['warmup'] must be an int >= 0; got -1"),
+        ({"statistic": "mean"}, "['dynamic']['statistic'] must be one of min, median; got 'mean'"),
+        ("sync", "additional_config['ascend_spec']['dynamic'] must be a dict of settings (or true/false)"),
+    ],
+)
+def test_bad_dynamic_settings_name_the_key(raw: object, message: str) -> None:
+    with pytest.raises(ValueError, match=_err(message)):
+        parse_config({"ascend_spec": {"dynamic": raw}})
+
+
+def _engine(method: str | None = "dflash", async_scheduling: bool = False) -> SimpleNamespace:
+    spec = None if method is None else SimpleNamespace(method=method, num_speculative_tokens=3)
+    return SimpleNamespace(
+        speculative_config=spec, scheduler_config=SimpleNamespace(async_scheduling=async_scheduling)
+    )
+
+
+@pytest.mark.parametrize(
+    ("engine", "message"),
+    [
+        (_engine(None), "['dynamic'] needs speculative decoding"),
+        (
+            _engine("ngram"),
+            "needs a drafter with per-draft confidences (dflash, dspark); got speculative method 'ngram'",
+        ),
+        (_engine("mtp"), "got speculative method 'mtp'"),
+        (_engine(async_scheduling=True), "start the engine with async_scheduling=False"),
+    ],
+)
+def test_engines_dynamic_verification_cannot_run_on_are_refused(engine, message: str) -> None:  # noqa: ANN001
+    with pytest.raises(ValueError, match=_err(message)):
+        check_dynamic_engine(engine)
+    check_dynamic_engine(_engine("dflash"))
+    check_dynamic_engine(_engine("dspark"))
+
+
+# ------------------------------------------------------------------------------------ graph descriptors
+
+
+@pytest.mark.parametrize(("method", "q"), [("dflash", 4), ("dspark", 3)])
+def test_draft_graph_is_keyed_on_its_own_b_times_q_never_on_the_ragged_target(method: str, q: int) -> None:
+    graphs = build_engine_graphs(method=method, num_spec_tokens=3, max_num_seqs=8, capture_sizes=None)
+    assert graphs.draft_tokens_per_request == q
+    assert graphs.target.buckets == GraphBuckets.for_engine(32)  # the controller's boundaries: eager engine
+    for b in range(1, 9):
+        keys = set()
+        for target_tokens in range(b, 4 * b + 1):  # every ragged total of b requests with 0..3 drafts
+            draft, target = graphs.step(b, target_tokens)
+            keys.add(draft.key)
+            assert draft.actual_tokens == b * q and draft.num_tokens % q == 0
+            assert draft.context_tokens == draft.num_reqs * 4
+            assert target.actual_tokens == target_tokens
+            assert target.num_tokens == (graphs.target.buckets.pad(target_tokens) or target_tokens)
+        assert keys == {("draft", "uniform", graphs.draft.buckets.pad(b * q))}
+
+
+def test_target_graphs_are_the_engines_capture_sizes_where_graphs_exist() -> None:
+    graphs = build_engine_graphs(
+        method="dflash", num_spec_tokens=7, max_num_seqs=16, capture_sizes=[1, 2, 4, 8, 16, 32, 64, 128]
+    )
+    assert graphs.graphs and graphs.target.buckets.to_list() == [1, 2, 4, 8, 16, 32, 64, 128]
+    # seed example: B = 16, K = 7 -> the target's uniform step runs 128 tokens; the DFlash drafter 16 x 8 = 128
+    # in its own graph; a ragged 16 + 40 = 56-token target step runs the 64 graph, the drafter is unchanged.
+    draft, target = graphs.step(16, 56)
+    assert (draft.key, draft.num_tokens) == (("draft", "uniform", 128), 128)
+    assert (target.key, target.num_tokens) == (("target", "ragged", 64, 16), 64)
+
+
+# ----------------------------------------------------------------------------------------- one step
+
+
+def _controller(k: int, target: dict, draft: dict, q: int) -> BudgetController:
+    return BudgetController(
+        CostProfile(draft), CostProfile(target), max_drafts=k, draft_tokens_per_request=q, mode="sync"
+    )
+
+
+def _brute_force_total(surv: torch.Tensor, ctl: BudgetController) -> int:
+    b, k = surv.shape
+    vals = torch.sort(surv.double().reshape(-1), descending=True).values
+    best_t, best = 0, ctl.step_cost(b, 0) / b
+    for t in range(1, b * k + 1):
+        obj = ctl.step_cost(b, t) / (b + float(vals[:t].sum()))
+        if obj < best - 1e-12:
+            best_t, best = t, obj
+    return best_t
+
+
+def test_one_step_gives_ragged_lengths_with_one_host_copy() -> None:
+    torch.manual_seed(0)
+    b, k, v = 6, 3, 64
+    logits = torch.randn(b * k, v) * torch.linspace(0.5, 8.0, b).repeat_interleave(k).unsqueeze(1)
+    ctl = _controller(k, {1: 1.0, 8: 1.0, 16: 2.5, 24: 4.0}, {4: 0.2, 32: 0.3}, q=k + 1)
+    graphs = build_engine_graphs(method="dflash", num_spec_tokens=k, max_num_seqs=8, capture_sizes=None)
+    verifier = DynamicVerifier(ctl, graphs)
+    lengths = verifier.lengths(DraftScores("logits", logits, b, k))
+    assert verifier.reader.copies == 1 and verifier.stats.max_host_copies_per_step == 1
+    surv = survival_probs(max_softmax_confidence(logits).reshape(b, k))
+    total = _brute_force_total(surv, ctl)
+    assert sum(lengths) == total
+    # the admitted drafts are the `total` greatest survivals (ties to the lower request, then position)
+    order = torch.sort(surv.reshape(-1), descending=True, stable=True).indices[:total]
+    want = torch.bincount(order // k, minlength=b).tolist()
+    assert lengths == want
+    assert len(set(lengths)) > 1 and 0 in lengths  # this profile and these confidences give a ragged split
+    assert verifier.stats.ragged_steps == 1 and verifier.stats.totals == {total: 1}
+
+
+def test_useless_and_perfect_confidences() -> None:
+    b, k = 4, 3
+    ctl = _controller(k, {1: 1.0, 32: 1.0}, {4: 0.5, 32: 0.5}, q=k + 1)
+    verifier = DynamicVerifier(ctl, None)
+    flat = torch.zeros(b * k, 512)  # uniform draft distribution: confidence 1/512
+    assert verifier.lengths(DraftScores("logits", flat, b, k)) == [0] * b
+    sure = torch.full((b, k), 30.0)  # a confidence head certain of every draft
+    assert verifier.lengths(DraftScores("head", sure, b, k)) == [k] * b
+    assert verifier.stats.plain_steps == 1 and verifier.stats.host_copies == 2
+
+
+def test_a_plain_plan_skips_the_drafter_until_the_next_probe() -> None:
+    b, k = 2, 3
+    ctl = _controller(k, {1: 1.0, 32: 1.0}, {4: 0.5, 32: 0.5}, q=k + 1)
+    verifier = DynamicVerifier(ctl, None, probe_interval=3)
+    assert verifier.skip_drafter() is False  # nothing planned yet
+    verifier.lengths(DraftScores("logits", torch.zeros(b * k, 512), b, k))  # useless: plain
+    assert [verifier.skip_drafter() for _ in range(3)] == [True, True, False]
+    assert verifier.stats.skipped_steps == 2
+    verifier.lengths(DraftScores("logits", torch.zeros(b * k, 512), b, k))  # plain again: the stretch doubles
+    assert [verifier.skip_drafter() for _ in range(6)] == [True] * 5 + [False]
+    verifier.lengths(DraftScores("head", torch.full((b, k), 30.0), b, k))  # sure drafts: no skip after
+    assert verifier.skip_drafter() is False
+    with pytest.raises(ValueError, match=_err("['dynamic']['probe_interval'] must be an int >= 1; got 0")):
+        parse_config({"ascend_spec": {"dynamic": {"probe_interval": 0}}})
+
+
+def test_draft_lists_are_cut_per_request_in_order() -> None:
+    from vllm.v1.outputs import DraftTokenIds
+
+    draft = DraftTokenIds(["a", "b", "c"], [[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    cut = trim_draft_token_ids(draft, [2, 0, 3])
+    assert cut.req_ids == ["a", "b", "c"] and cut.draft_token_ids == [[1, 2], [], [7, 8, 9]]
+    assert trim_draft_token_ids(draft, None) is draft
+    with pytest.raises(RuntimeError, match="lengths for 2 requests but the drafter's lists are for 3"):
+        trim_draft_token_ids(draft, [1, 1])
+
+
+def test_bad_score_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match=_err("DraftScores.kind must be one of logits, head; got 'probs'")):
+        DraftScores("probs", torch.zeros(1, 1), 1, 1)
+
+
+# ------------------------------------------------------------------------------------------- profiles
+
+
+def test_engine_profile_file_round_trip_and_errors(tmp_path) -> None:  # noqa: ANN001
+    settings = DynamicConfig(profile=str(tmp_path / "p.json"), warmup=0, repeats=2)
+    calls: list[tuple[str, int]] = []
+
+    def measure():  # noqa: ANN202
+        return measure_engine_profiles(
+            lambda n: calls.append(("target", n)),
+            lambda n: calls.append(("draft", n)),
+            GraphBuckets([1, 2, 4]),
+            GraphBuckets([4, 8]),
+            settings,
+            torch.device("cpu"),
+            {"model": "m"},
+        )
+
+    first = engine_profiles(settings, {"model": "m"}, measure)
+    assert first.source == "measured" and first.startup_s > 0
+    # two rounds over all buckets, round by round
+    assert calls == [("target", 1), ("target", 2), ("target", 4)] * 2 + [("draft", 4), ("draft", 8)] * 2
+    again = engine_profiles(settings, {"model": "m"}, lambda: pytest.fail("measured twice"))
+    assert again.source == f"file {tmp_path / 'p.json'}" and again.target == first.target
+    assert json.loads((tmp_path / "p.json").read_text())["format"] == ENGINE_PROFILE_FORMAT
+    (tmp_path / "bad.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(
+        ValueError, match=_err("['dynamic']['profile']: ") + ".*is not an engine profile file"
+    ):
+        load_engine_profiles(tmp_path / "bad.json")
+
+
+def test_measuring_past_the_start_up_bound_is_an_error() -> None:
+    import time
+
+    settings = DynamicConfig(max_startup_s=0.05, warmup=0, repeats=3)
+    with pytest.raises(
+        RuntimeError, match=_err("more than additional_config['ascend_spec']['dynamic']['max_startup_s']")
+    ):
+        measure_engine_profiles(
+            lambda n: time.sleep(0.02),
+            lambda n: None,
+            GraphBuckets([1, 2, 4, 8]),
+            GraphBuckets([4]),
+            settings,
+            torch.device("cpu"),
+        )
