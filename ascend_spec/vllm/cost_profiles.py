@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ def profile_key(vllm_config, device: torch.device, graphs, settings: DynamicConf
 
     spec = vllm_config.speculative_config
     mc = vllm_config.model_config
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    name = device_name(device)
     return {
         "model": str(mc.model),
         "draft_model": str(getattr(spec, "model", None)),
@@ -80,6 +81,20 @@ def profile_key(vllm_config, device: torch.device, graphs, settings: DynamicConf
         "vllm": str(vllm.__version__),
         "ascend_spec": __version__,
     }
+
+
+def device_name(device: torch.device) -> str:
+    """The accelerator's name (e.g. the Ascend SoC or the GPU model), or the CPU model on CPU."""
+    if device.type != "cpu":
+        mod = getattr(torch, device.type, None)
+        getter = getattr(mod, "get_device_name", None)
+        return f"{device.type}:{getter(device)}" if getter is not None else device.type
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        model = ""
+    return f"cpu:{model or platform.processor() or platform.machine()}"
 
 
 def cache_path(key: dict[str, Any]) -> Path:

@@ -132,3 +132,17 @@ def test_perfect_drafter_verifies_full_blocks(engine_dir, tmp_path, models_dir):
     assert set(stats["lengths"]) == {str(K)}
     assert stats["plain_steps"] == 0
     assert ours.num_accepted == ours.num_draft_tokens > 0
+
+
+def test_plugin_without_the_dynamic_key_verifies_every_draft(engine_dir, dense_low_entropy, plain_dense):
+    """Enabled plugin, no "dynamic": no controller, no counters, every request verifies all K drafts."""
+    ours = run(
+        engine_dir,
+        dense_low_entropy,
+        speculative=speculative("dflash", dense_low_entropy),
+        plugin={},
+        env=ENV,
+    )
+    assert ours.dynamic is None
+    assert ours.mean_verify_length == 1 + K
+    assert_matches_plain(plain_dense, ours, allow_ties=False)
