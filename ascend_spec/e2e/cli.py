@@ -14,6 +14,7 @@ import random
 import tempfile
 from pathlib import Path
 
+from ascend_spec.cli_args import CommandError
 from ascend_spec.e2e.engine import EngineSpec, run_isolated
 from ascend_spec.e2e.report import Row, first_divergences, format_table
 from ascend_spec.e2e.tiny_models import VOCAB_SIZE, make_tiny_models
@@ -45,7 +46,7 @@ def speculative_config(method: str, k: int, dflash: Path | None, target: Path) -
         }
     if method == "dflash":
         if dflash is None:
-            raise ValueError("--drafter is required for method dflash with --target")
+            raise CommandError("--drafter is required for method dflash with --target")
         return {"method": "dflash", "model": str(dflash), "num_speculative_tokens": k}
     if method == "mtp":
         return {"method": "mtp", "num_speculative_tokens": k}
@@ -111,9 +112,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.num_spec < 1:
-        raise ValueError(f"--num-spec must be >= 1; got {args.num_spec}")
+        raise CommandError(f"--num-spec must be >= 1; got {args.num_spec}")
     if args.prompts < 1 or args.max_tokens < 1:
-        raise ValueError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
+        raise CommandError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
     if args.target is None:
         root = args.models_dir or Path(tempfile.gettempdir()) / "ascend_spec_e2e_models"
         models = make_tiny_models(
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         from ascend_spec.e2e.sweep import run_sweep
 
         if drafter is None:
-            raise ValueError("--sweep runs DFlash: --drafter is required with --target")
+            raise CommandError("--sweep runs DFlash: --drafter is required with --target")
         return run_sweep(args, target, drafter, args.hybrid)
     methods = args.method or (["ngram", "dflash"] + (["mtp"] if has_mtp else []))
     prompts = builtin_prompts(args.prompts)

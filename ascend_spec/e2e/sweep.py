@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ascend_spec.cli_args import CommandError
 from ascend_spec.e2e.engine import EngineRun, EngineSpec, run_isolated
 
 
@@ -124,7 +125,9 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
 
     batches = sorted({int(b) for b in str(args.batch_sizes).split(",")})
     if not batches or batches[0] < 1:
-        raise ValueError(f"--batch-sizes must be positive ints separated by commas; got {args.batch_sizes!r}")
+        raise CommandError(
+            f"--batch-sizes must be positive ints separated by commas; got {args.batch_sizes!r}"
+        )
     k_max = args.num_spec
     work = Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_sweep_"))
     base_plugin = {"backend": args.backend}
