@@ -13,6 +13,7 @@ import enum
 
 import torch
 
+from ascend_spec.backend import value_checks_enabled
 from ascend_spec.checks import INDEX_DTYPES, check_tensor
 
 
@@ -95,3 +96,22 @@ def check_reset_pending(reset_pending: object) -> None:
     """The flushes' ``reset_pending`` flag must be a real bool (a tensor or int would be a caller bug)."""
     if not isinstance(reset_pending, bool):
         raise ValueError(f"reset_pending must be a bool; got {reset_pending!r}")
+
+
+def padded_slots_int32(state_indices: torch.Tensor, num_slots: int) -> torch.Tensor:
+    """Contiguous int32 state indices for kernels that read int32, every index outside ``[0, S)`` as -1 (padding):
+    an int64 index past int32 must not wrap into a real slot (device ops only, no sync)."""
+    valid, _ = owned_slots(state_indices, num_slots)
+    return torch.where(valid, state_indices, -1).to(torch.int32).contiguous()
+
+
+def check_flush(
+    state_indices: object, pending: object, num_slots: int, num_recorded: torch.Tensor, reset_pending: object
+) -> None:
+    """The checks every layer's flush makes: rows, the flag and, when value checks run, the rows' values."""
+    device = num_recorded.device
+    check_rows(state_indices, pending, device)
+    check_reset_pending(reset_pending)
+    if value_checks_enabled(device):
+        rows = torch.ones_like(pending, dtype=torch.bool)
+        check_row_values(state_indices, pending, num_slots, num_recorded, rows)

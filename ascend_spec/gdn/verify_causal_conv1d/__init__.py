@@ -40,7 +40,7 @@ from ascend_spec.checks import (
 )
 from ascend_spec.gdn.protocol import (
     KernelMode,
-    check_reset_pending,
+    check_flush,
     check_row_values,
     check_rows,
 )
@@ -293,16 +293,7 @@ def flush_conv_pending(
     pool = _validate_pool(conv_state_pool)
     device = pool.device
     records = _check_records(records, pool)
-    check_rows(state_indices, pending, device)
-    check_reset_pending(reset_pending)
-    if value_checks_enabled(device):
-        check_row_values(
-            state_indices,
-            pending,
-            records.num_slots,
-            records.num_recorded,
-            torch.ones_like(pending, dtype=torch.bool),
-        )
+    check_flush(state_indices, pending, records.num_slots, records.num_recorded, reset_pending)
     run = dispatch(OP, backend, device, caller="flush_conv_pending")
     mode = KernelMode.FLUSH_AND_RESET if reset_pending else KernelMode.FLUSH
     run(CausalConv1dArgs(mode, pool, state_indices, records, pending), None)

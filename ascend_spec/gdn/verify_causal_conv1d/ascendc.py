@@ -19,7 +19,7 @@ import torch
 from ascend_spec.ascendc import host_model, npu_op
 from ascend_spec.ascendc.cost_model import Minimum, instructions_of, repeats_of
 from ascend_spec.ascendc.host_model import DTYPE_CODES
-from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.protocol import KernelMode, padded_slots_int32
 from ascend_spec.gdn.verify_causal_conv1d import CausalConv1dArgs
 
 KERNEL = "verify_causal_conv1d"
@@ -36,16 +36,6 @@ SOC: str | None = None
 
 def _i32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int32).contiguous()
-
-
-def _slots_i32(state_indices: torch.Tensor, num_slots: int) -> torch.Tensor:
-    """int32 state indices with every index outside ``[0, S)`` as -1 (padding): an int64 index past int32 must not
-    wrap into a real slot (device ops only, no sync)."""
-    return (
-        torch.where((state_indices >= 0) & (state_indices < num_slots), state_indices, -1)
-        .to(torch.int32)
-        .contiguous()
-    )
 
 
 def tile_channels(
@@ -84,7 +74,7 @@ def verify_causal_conv1d(args: CausalConv1dArgs, out: torch.Tensor | None) -> No
         bias32 = None if args.bias is None else args.bias.to(torch.float32).contiguous()
     # Row tensors (B entries) go to the kernel as contiguous int32 copies, whatever their dtype and strides:
     # explicit and cheap, and the one layout the kernel reads.
-    idx = _slots_i32(state_indices, pool.shape[0])
+    idx = padded_slots_int32(state_indices, pool.shape[0])
     cu = _i32(args.cu_seqlens) if verify else None
     x = args.x.contiguous() if verify else None
     if pool.device.type == "npu":  # pragma: no cover - needs CANN and an NPU

@@ -38,7 +38,7 @@ from ascend_spec.backend import dispatch, value_checks_enabled
 from ascend_spec.checks import FLOAT_DTYPES, INDEX_DTYPES, check_out_tensor, check_tensor
 from ascend_spec.gdn.protocol import (
     KernelMode,
-    check_reset_pending,
+    check_flush,
     check_row_values,
     check_rows,
 )
@@ -235,16 +235,7 @@ def flush_pending(
     pool = _check_pool(state_pool)
     device = pool.device
     records = _check_records(records, pool)
-    check_rows(state_indices, pending, device)
-    check_reset_pending(reset_pending)
-    if value_checks_enabled(device):
-        check_row_values(
-            state_indices,
-            pending,
-            records.num_slots,
-            records.num_recorded,
-            torch.ones_like(pending, dtype=torch.bool),
-        )
+    check_flush(state_indices, pending, records.num_slots, records.num_recorded, reset_pending)
     run = dispatch(OP, backend, device, caller="flush_pending")
     run(GatedDeltaRuleArgs(KernelMode.FLUSH, pool, state_indices, records, pending), None)
     if reset_pending:

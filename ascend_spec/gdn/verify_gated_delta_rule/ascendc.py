@@ -20,7 +20,7 @@ import torch
 from ascend_spec.ascendc import host_model, npu_op
 from ascend_spec.ascendc.cost_model import Minimum, instructions_of, repeats_of
 from ascend_spec.ascendc.host_model import DTYPE_CODES
-from ascend_spec.gdn.protocol import KernelMode
+from ascend_spec.gdn.protocol import KernelMode, padded_slots_int32
 from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
 
 KERNEL = "verify_gated_delta_rule"
@@ -39,16 +39,6 @@ SOC: str | None = None
 
 def _i32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int32).contiguous()
-
-
-def _slots_i32(state_indices: torch.Tensor, num_slots: int) -> torch.Tensor:
-    """int32 state indices with every index outside ``[0, S)`` as -1 (padding): an int64 index past int32 must not
-    wrap into a real slot (device ops only, no sync)."""
-    return (
-        torch.where((state_indices >= 0) & (state_indices < num_slots), state_indices, -1)
-        .to(torch.int32)
-        .contiguous()
-    )
 
 
 def tiling(num_rows: int, num_heads: int, num_v_heads: int, dk: int, dv: int, x_dtype: torch.dtype) -> dict:
@@ -75,7 +65,7 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
     verify = args.mode == KernelMode.VERIFY
     records, pool = args.records, args.state_pool
     rec = (records.k, records.g, records.u, records.bank, records.num_recorded)
-    idx32, pend32 = _slots_i32(args.state_indices, pool.shape[0]), _i32(args.pending)
+    idx32, pend32 = padded_slots_int32(args.state_indices, pool.shape[0]), _i32(args.pending)
     if verify:
         assert out is not None and args.q is not None and args.k is not None and args.v is not None
         assert args.g is not None and args.beta is not None and args.cu_seqlens is not None
