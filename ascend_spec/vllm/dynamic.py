@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import torch
 
 from ascend_spec.graph import BudgetController
-from ascend_spec.ops import allocate_verify_budget, head_confidence, max_softmax_confidence, survival_probs
+from ascend_spec.ops import head_confidence, max_softmax_confidence, survival_probs
 
 SCORE_KINDS = ("logits", "head")
 #: Consecutive plain plans double the drafter-less stretch, at most this many times (probe_interval x 8).
@@ -163,9 +163,8 @@ class DynamicVerifier:
         copies_before = self.reader.copies
         conf = confidence(scores, self.backend)
         host = self.reader.read(survival_probs(conf))
-        plan = self.controller.plan(host)
-        alloc = allocate_verify_budget(host, plan.total_budget, backend="reference")
-        lengths = alloc.num_drafts.tolist()  # a host tensor: no device read
+        plan = self.controller.plan(host)  # T, split with allocate_verify_budget on the host copy
+        lengths = plan.num_drafts.tolist()  # a host tensor: no device read
         elapsed = time.perf_counter() - start
         self._record(lengths, plan.total_budget, elapsed, self.reader.copies - copies_before)
         if plan.total_budget == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, 4x, 8x
