@@ -92,6 +92,22 @@ def owned_slots(state_indices: torch.Tensor, num_slots: int) -> tuple[torch.Tens
     return valid, torch.where(valid, slot, torch.zeros((), dtype=torch.long, device=slot.device))
 
 
+def uniform_row_length(
+    cu_seqlens: torch.Tensor, state_indices: torch.Tensor, num_tokens: int, num_slots: int
+) -> int:
+    """``L > 0`` when every row owns a slot in ``[0, S)`` and the rows hold ``L`` tokens each, back to back over
+    all ``T`` tokens (a fixed-K verify step); else 0. The references' fast path for that case views the tokens as
+    ``[B, L]`` instead of gathering them. Reads values on the host: CPU tensors only (0 elsewhere, no sync)."""
+    num_rows = state_indices.shape[0]
+    if cu_seqlens.device.type != "cpu" or num_rows == 0 or num_tokens == 0 or num_tokens % num_rows:
+        return 0
+    length = num_tokens // num_rows
+    if cu_seqlens.tolist() != list(range(0, num_tokens + 1, length)):
+        return 0
+    low, high = torch.aminmax(state_indices)
+    return length if int(low) >= 0 and int(high) < num_slots else 0
+
+
 def check_reset_pending(reset_pending: object) -> None:
     """The flushes' ``reset_pending`` flag must be a real bool (a tensor or int would be a caller bug)."""
     if not isinstance(reset_pending, bool):

@@ -1,7 +1,9 @@
 """Reference (vectorised PyTorch, the oracle) of :func:`ascend_spec.gdn.verify_causal_conv1d` and its flushes.
 
 Each tap of each token reads either a token of its row or the row's committed state (the last W-1 entries of
-pool state ++ recorded inputs): one depthwise conv over every row at once, in cache-sized channel blocks.
+pool state ++ recorded inputs): one gather of every token's W source rows and a weighted sum over the taps, for
+every row at once, in cache-sized channel blocks. It is also the CPU engine's verify path: no convolution
+primitive (a depthwise conv over a few tokens costs more in its setup than in its arithmetic).
 """
 
 from __future__ import annotations
@@ -9,11 +11,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ascend_spec.gdn.protocol import KernelMode, owned_slots
+from ascend_spec.gdn.protocol import KernelMode, owned_slots, uniform_row_length
 from ascend_spec.gdn.verify_causal_conv1d import CausalConv1dArgs, ConvRecords
 
-# The reference's conv works in channel blocks whose fp32 working set stays about 2 MiB (cache-sized), at least
-# 256 channels so short batches do not pay a Python iteration per few channels.
+# The reference works in channel blocks whose fp32 [T, W, block] working set stays about 2 MiB (cache-sized), at
+# least 256 channels so short batches do not pay a Python iteration per few channels.
 _REFERENCE_BLOCK_BYTES = 2 << 20
 _REFERENCE_MIN_CHANNEL_BLOCK = 256
 
@@ -43,20 +45,17 @@ def _committed_states(
 ) -> torch.Tensor:
     """``[B, W-1, C]`` fp32: last W-1 of (pool[slot] ++ recorded x[:p]), p clamped to what each slot recorded.
 
-    Entry k is element p+k of that concatenation: the pool's column p+k while p+k < W-1, else recorded token
-    p+k-(W-1). Built with index_select (CPU advanced indexing opens an OpenMP region even for small tensors).
+    Entry k is element p+k of that concatenation. Built with index_select and gather (CPU advanced indexing opens
+    an OpenMP region even for small tensors).
     """
-    wm1, num_rows = pool.shape[2], slot.shape[0]
+    wm1 = pool.shape[2]
     max_len = records.max_tokens_per_step
-    recorded = records.num_recorded.index_select(0, slot).long().clamp(max=max_len)
-    p = torch.minimum(pending.long().clamp(min=0), recorded)
-    q = p[:, None] + torch.arange(wm1, device=pool.device)[None, :]  # [B, W-1]
+    recorded = records.num_recorded.index_select(0, slot).clamp(max=max_len)
+    p = torch.minimum(pending.clamp(min=0), recorded).long()
     old = pool.index_select(0, slot).transpose(1, 2).to(torch.float32)  # [B, W-1, C]
-    from_pool = torch.gather(old, 1, q.clamp(max=wm1 - 1)[:, :, None].expand(-1, -1, old.shape[2]))
-    rec_row = slot[:, None] * max_len + (q - wm1).clamp(0, max_len - 1)
-    flat = records.x.view(-1, records.channels)
-    from_rec = flat.index_select(0, rec_row.reshape(-1)).view(num_rows, wm1, flat.shape[1]).to(torch.float32)
-    return torch.where((q < wm1)[:, :, None], from_pool, from_rec)
+    history = torch.cat((old, records.x.index_select(0, slot).to(torch.float32)), dim=1)  # [B, W-1+L, C]
+    at = p[:, None] + torch.arange(wm1, device=pool.device)[None, :]  # [B, W-1]
+    return torch.gather(history, 1, at[:, :, None].expand(-1, -1, history.shape[2]))
 
 
 def _verify(
@@ -74,42 +73,49 @@ def _verify(
     """Each tap of each token reads either a token of its row or the row's committed state."""
     device = x.device
     num_tokens, channels = x.shape
-    wm1 = weight.shape[1] - 1
+    width = weight.shape[1]
+    wm1 = width - 1
     cu = cu_seqlens.long().clamp(0, num_tokens)  # checks off: rows never reach outside the T tokens
     lens = cu[1:] - cu[:-1]
     valid, slot = owned_slots(state_indices, pool.shape[0])
     active = valid & (lens > 0)
     committed = _committed_states(pool, slot, records, pending)  # [B, W-1, C] fp32
+    num_rows = slot.shape[0]
+    length = uniform_row_length(cu_seqlens, state_indices, num_tokens, pool.shape[0])
+    if length:
+        _verify_uniform(x, weight, bias, committed, pool, slot, records, silu, y, length)
+        return
 
-    # One depthwise conv over every row at once: row b's committed state (W-1 columns) then its tokens, rows back
-    # to back, so each token's window spans only its own row; outputs whose window straddles two rows are dropped.
+    # Tap j of token t (local index l in row b) reads source row l + j - (W-1) of its row: a token of the row
+    # when >= 0, else entry l + j of the row's committed state. Sources: this call's tokens, then every row's
+    # W-1 committed entries; one gather of [T, W] source rows per channel block and a weighted sum over taps.
     tok = torch.arange(num_tokens, device=device)
     # Tokens past cu_seqlens[-1] (checks off) get row B: a virtual padding row, so their outputs are zeros.
     # searchsorted, not repeat_interleave (OpenMP on CPU)
     row_of_token = torch.searchsorted(cu[1:].contiguous(), tok, right=True)
     local = tok - cu.index_select(0, row_of_token)
-    num_rows = slot.shape[0]
-    row_start = cu[:-1] + torch.arange(num_rows, device=device) * wm1  # where row b's state columns begin
-    state_at = (row_start[:, None] + torch.arange(wm1, device=device)).reshape(-1)
-    before = tok < cu[0]  # checks off: tokens before the first row fill the free columns [0, cu[0])
-    token_at = torch.where(before, tok, tok + (row_of_token + 1) * wm1)
+    taps = torch.arange(width, device=device)
+    back = local[:, None] + taps[None, :] - wm1  # [T, W]
+    state_row = (row_of_token.clamp(max=max(num_rows - 1, 0)) * wm1)[:, None] + local[:, None] + taps[None, :]
+    source = torch.where(back >= 0, tok[:, None] + taps[None, :] - wm1, num_tokens + state_row)
+    before = tok < cu[0]  # checks off: tokens before the first row read nothing of a row
     covered = torch.cat((valid, valid.new_zeros(1)))  # row B: tokens no row covers
     keep = (covered.index_select(0, row_of_token) & ~before)[:, None]  # padding rows output zeros
+    source = torch.where(keep, source, torch.zeros((), dtype=source.dtype, device=device)).reshape(-1)
     active_of = torch.cat((active, active.new_zeros(1)))
     slot_of = torch.cat((slot, slot.new_zeros(1)))
-    w32 = weight.to(torch.float32).unsqueeze(1)
+    w_t = weight.to(torch.float32).t()  # [W, C]
     b32 = None if bias is None else bias.to(torch.float32)
-    # Channel blocks keep each block's working set cache-sized; a Python loop over blocks, never over tokens.
-    seq_len = num_tokens + (num_rows + 1) * wm1  # + the virtual row B
-    block = max(_REFERENCE_MIN_CHANNEL_BLOCK, _REFERENCE_BLOCK_BYTES // (4 * max(seq_len, 1)))
+    state_flat = committed.reshape(-1, channels)
+    # Channel blocks keep each block's [T, W, block] working set cache-sized; a loop over blocks, never tokens.
+    block = max(_REFERENCE_MIN_CHANNEL_BLOCK, _REFERENCE_BLOCK_BYTES // (4 * width * max(num_tokens, 1)))
     for c0 in range(0, channels if num_tokens else 0, block):
         c1 = min(c0 + block, channels)
-        seq = torch.empty(seq_len, c1 - c0, dtype=torch.float32, device=device)
-        seq.index_copy_(0, state_at, committed[:, :, c0:c1].reshape(-1, c1 - c0))
-        seq.index_copy_(0, token_at, x[:, c0:c1].to(torch.float32))
-        bias_c = None if b32 is None else b32[c0:c1]
-        conv = F.conv1d(seq.t().unsqueeze(0), w32[c0:c1], bias_c, groups=c1 - c0)
-        out = conv.squeeze(0).t().index_select(0, (token_at - wm1).clamp(min=0))  # [T, block]
+        src = torch.cat((x[:, c0:c1].to(torch.float32), state_flat[:, c0:c1]))
+        windows = src.index_select(0, source).view(num_tokens, width, c1 - c0)
+        out = (windows * w_t[None, :, c0:c1]).sum(dim=1)
+        if b32 is not None:
+            out += b32[c0:c1]
         if silu:
             out = F.silu(out)
         y[:, c0:c1] = torch.where(keep, out, torch.zeros((), device=device))
@@ -125,6 +131,39 @@ def _verify(
         0, dest + local.index_select(0, toks), x.index_select(0, toks).to(records.x.dtype)
     )
     records.num_recorded.index_copy_(0, slots, lens.index_select(0, rows).clamp(max=cap).to(torch.int32))
+
+
+def _verify_uniform(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    committed: torch.Tensor,
+    pool: torch.Tensor,
+    slot: torch.Tensor,
+    records: ConvRecords,
+    silu: bool,
+    y: torch.Tensor,
+    length: int,
+) -> None:
+    """A fixed-K step (every row owns its slot, ``length`` tokens each, back to back): the rows as ``[B, L]``,
+    each row's committed state then its tokens, and the conv as one multiply-add per tap (no gather, no
+    ``[T, W, C]`` window tensor)."""
+    num_rows, channels = slot.shape[0], x.shape[1]
+    width = weight.shape[1]
+    seq = torch.cat((committed, x.view(num_rows, length, channels).to(torch.float32)), dim=1)  # [B, W-1+L, C]
+    w_t = weight.to(torch.float32).t()  # [W, C]
+    out = seq[:, :length] * w_t[0]
+    for j in range(1, width):
+        out.addcmul_(seq[:, j : j + length], w_t[j])
+    if bias is not None:
+        out += bias.to(torch.float32)
+    if silu:
+        out = F.silu(out)
+    y.view(num_rows, length, channels).copy_(out)
+    pool.index_copy_(0, slot, committed.transpose(1, 2).to(pool.dtype))
+    cap = min(length, records.max_tokens_per_step)  # checks off: nothing past the capacity is recorded
+    records.x[slot, :cap] = x.view(num_rows, length, channels)[:, :cap].to(records.x.dtype)
+    records.num_recorded.index_fill_(0, slot, cap)
 
 
 def _flush(

@@ -1,16 +1,17 @@
 """Reference (vectorised PyTorch, the oracle) of :func:`ascend_spec.gdn.verify_gated_delta_rule` and its flush.
 
-The commit of pending records is closed-form (:func:`replay_states`, one batched matmul of rank n, no loop, stable
-for every ``g <= 0`` including ``-inf``); this
-call's tokens run in a loop over token index in which the rows still running form a prefix (rows sorted by
-length), updated in place with batched matmuls.
+The commit of pending records is closed-form (:func:`replay_states`: one matmul of rank n, no loop, stable for
+every ``g <= 0`` including ``-inf``), applied to the pool in place; this call's tokens run in chunk form
+(:func:`_chunk`: one projection of the committed state, a unit lower-triangular solve over the call's tokens, no
+loop over tokens). It is also the CPU engine's verify path, so it is written for few passes over the states and
+few operator calls (docs/verify_gated_delta_rule.md, "CPU engine path").
 """
 
 from __future__ import annotations
 
 import torch
 
-from ascend_spec.gdn.protocol import KernelMode, owned_slots
+from ascend_spec.gdn.protocol import KernelMode, owned_slots, uniform_row_length
 from ascend_spec.gdn.records import GDNRecords
 from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
 
@@ -24,107 +25,211 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
     _verify(args, out)
 
 
-def replay_states(
-    states: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor, n: torch.Tensor
-) -> torch.Tensor:
-    """Closed-form commit of the first ``n[a]`` records into ``states [A, HV, Dk, Dv]`` (fp32, returns new).
+def _replay_factors(
+    k: torch.Tensor, g: torch.Tensor, u: torch.Tensor, n: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(decay [A, HV], lhs [A, HV, Dk, L], rhs [A, HV, L, Dv])`` with ``S_n = decay S_0 + lhs @ rhs``.
 
     ``S_n = exp(G_n) S_0 + sum_{t<n} exp(R_t) k_t u_t^T`` with ``R_t = g_{t+1} + ... + g_{n-1}`` the decay after
     token t, summed directly from the tail (a reversed cumulative sum) rather than as ``G_n - G_t`` of prefix sums:
     no difference of two large sums, so no cancellation for large ``|g|`` and no ``-inf - -inf`` = NaN for a
-    full forget ``g = -inf``; every weight is ``exp`` of a sum of ``g <= 0`` terms, in ``[0, 1]``. Vectorised
-    over rows, heads and tokens (one batched matmul of rank ``n``), no loop.
+    full forget ``g = -inf``; every weight is ``exp`` of a sum of ``g <= 0`` terms, in ``[0, 1]``.
     ``k [A, L, H, Dk]``, ``g [A, L, HV]``, ``u [A, L, HV, Dv]``, ``n [A]``.
     """
-    num_rows, cap, num_heads, _ = k.shape
+    cap, num_heads = k.shape[1], k.shape[2]
     num_v_heads = u.shape[2]
-    live = torch.arange(cap, device=k.device)[None, :] < n[:, None]  # [A, L]
-    g = torch.where(live[:, :, None], g, torch.zeros((), device=g.device))  # dead tokens decay nothing
+    live = (torch.arange(cap, device=k.device)[None, :] < n[:, None])[:, :, None]  # [A, L, 1]
+    zero = torch.zeros((), dtype=g.dtype, device=g.device)
+    g = torch.where(live, g, zero)  # dead tokens decay nothing
     tail = torch.flip(torch.cumsum(torch.flip(g, (1,)), dim=1), (1,))  # [A, L, HV]: g_t + ... + g_{L-1}
-    total = tail[:, 0] if cap else torch.zeros(num_rows, num_v_heads, device=g.device)  # G_n
     after = torch.cat((tail[:, 1:], torch.zeros_like(tail[:, :1])), dim=1)  # R_t (no subtraction)
-    weight = torch.where(live[:, :, None], torch.exp(after), torch.zeros((), device=g.device))
-    k_v = k.repeat_interleave(num_v_heads // num_heads, dim=2)  # [A, L, HV, Dk]
-    update = torch.einsum("alhk,alhv->ahkv", k_v * weight[..., None], u)
-    return torch.exp(total)[..., None, None] * states + update
+    weight = torch.where(live, torch.exp(after), zero)  # [A, L, HV]
+    k_v = k.repeat_interleave(num_v_heads // num_heads, dim=2) if num_heads != num_v_heads else k
+    lhs = (k_v * weight[..., None]).permute(0, 2, 3, 1)  # [A, HV, Dk, L]
+    decay = torch.exp(tail[:, 0]) if cap else torch.ones(n.shape[0], num_v_heads, device=g.device)
+    return decay, lhs, u.transpose(1, 2)
+
+
+def replay_states(
+    states: torch.Tensor, k: torch.Tensor, g: torch.Tensor, u: torch.Tensor, n: torch.Tensor
+) -> torch.Tensor:
+    """Closed-form commit of the first ``n[a]`` records into ``states [A, HV, Dk, Dv]`` (fp32, returns new):
+    one batched matmul of rank ``n``, no loop (:func:`_replay_factors`)."""
+    decay, lhs, rhs = _replay_factors(k, g, u, n)
+    return decay[..., None, None] * states + torch.matmul(lhs, rhs)
 
 
 def _l2norm(x: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + 1e-6)
 
 
+def _per_head(x: torch.Tensor, num_v_heads: int) -> torch.Tensor:
+    """``[A, L, H*, D] -> [A, HV, L, D]`` (a k-head's rows shared by its ``HV / H`` value heads)."""
+    if x.shape[2] != num_v_heads:
+        x = x.repeat_interleave(num_v_heads // x.shape[2], dim=2)
+    return x.transpose(1, 2)
+
+
+def _commit_and_project(
+    pool: torch.Tensor,
+    slot_list: list[int],
+    n_list: list[int],
+    factors: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None,
+    qk: torch.Tensor,
+) -> torch.Tensor:
+    """Commit each row's pending records into its pool slot in place, then ``[q; k] @ S`` per row and head.
+
+    ``qk [A, HV, 2L, Dk]``; returns ``[A, HV, 2L, Dv]``. The pool is updated where it lies: rows on consecutive
+    slots as one view, others slot by slot, so the state is read once, written once where something is pending
+    and never copied (a gather + scatter would move every state twice more).
+    """
+    num_rows = len(slot_list)
+    first = slot_list[0]
+    if slot_list == list(range(first, first + num_rows)):
+        view = pool[first : first + num_rows]  # [A, HV, Dk, Dv]
+        if factors is not None:
+            decay, lhs, rhs = factors
+            if all(n > 0 for n in n_list):
+                view.mul_(decay[..., None, None])
+                view.add_(torch.matmul(lhs, rhs))
+            else:
+                for a, n in enumerate(n_list):
+                    if n > 0:
+                        view[a].mul_(decay[a, :, None, None]).baddbmm_(lhs[a], rhs[a])
+        return torch.matmul(qk, view)
+    out = torch.empty(*qk.shape[:-1], pool.shape[-1], dtype=pool.dtype, device=pool.device)
+    for a, (slot, n) in enumerate(zip(slot_list, n_list)):
+        state = pool[slot]
+        if factors is not None and n > 0:
+            decay, lhs, rhs = factors
+            state.mul_(decay[a, :, None, None]).baddbmm_(lhs[a], rhs[a])
+        torch.bmm(qk[a], state, out=out[a])
+    return out
+
+
+def _chunk(
+    qk_s: torch.Tensor,
+    qh: torch.Tensor,
+    kh: torch.Tensor,
+    vh: torch.Tensor,
+    gh: torch.Tensor,
+    bh: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """All tokens of a call at once: ``(u, o)`` ``[A, HV, L, Dv]`` from ``qk_s = [S_0^T q; S_0^T k]``.
+
+    With ``D[t, s] = g_{s+1} + ... + g_t`` (the decay between two tokens, summed directly: every term <= 0,
+    no difference of prefix sums) and ``Gamma_t = g_1 + ... + g_t``, the recurrence unrolls to
+    ``u_t = beta_t (v_t - e^{Gamma_t} S_0^T k_t - sum_{s<t} e^{D[t,s]} (k_t . k_s) u_s)``: a unit lower-triangular
+    system ``(I + M) U = R`` (forward substitution is exactly the token loop), and
+    ``o_t = e^{Gamma_t} S_0^T q_t + sum_{s<=t} e^{D[t,s]} (q_t . k_s) u_s``. ``qh, kh [A, HV, L, Dk]`` (q scaled),
+    ``vh [A, HV, L, Dv]``, ``gh, bh [A, HV, L]``. A verify call keeps no state of its tokens (records only).
+    """
+    length = kh.shape[2]
+    t_idx = torch.arange(length, device=kh.device)
+    after = t_idx[:, None] > t_idx[None, :]  # [t, s]: s < t
+    zero = torch.zeros((), dtype=gh.dtype, device=gh.device)
+    decay = torch.cumsum(torch.where(after, gh[..., :, None], zero), dim=-2)  # D[t, s] for s < t
+    gamma = torch.exp(torch.cumsum(gh, dim=-1))[..., None]  # e^{Gamma_t}
+    lower = torch.where(after, torch.exp(decay), zero)  # e^{D[t, s]}, s < t
+    kt = kh.transpose(-1, -2)
+    m = bh[..., None] * lower * torch.matmul(kh, kt)
+    m.diagonal(dim1=-2, dim2=-1).fill_(1.0)
+    rhs = bh[..., None] * (vh - gamma * qk_s[..., length:, :])
+    u = torch.linalg.solve_triangular(m, rhs, upper=False, unitriangular=True)  # [A, HV, L, Dv]
+    lower.diagonal(dim1=-2, dim2=-1).fill_(1.0)  # e^{D[t, t]} = 1
+    o = torch.matmul(lower * torch.matmul(qh, kt), u).add_(gamma * qk_s[..., :length, :])
+    return u, o
+
+
 def _verify(args: GatedDeltaRuleArgs, o: torch.Tensor) -> None:
-    """Closed-form replay for all rows at once, then this call's tokens (module docstring)."""
+    """Commit + projection per slot in place, then this call's tokens in chunk form (module docstring)."""
     q, k, v, g, beta, cu_seqlens = args.q, args.k, args.v, args.g, args.beta, args.cu_seqlens
     assert q is not None and k is not None and v is not None and g is not None and beta is not None
     assert cu_seqlens is not None
     pool, state_indices, records, pending = args.state_pool, args.state_indices, args.records, args.pending
-    scale, use_qk_l2norm = args.scale, args.use_qk_l2norm
     device = q.device
-    num_tokens, num_heads, dk = q.shape
+    num_tokens = q.shape[0]
     num_v_heads, dv = v.shape[1:]
-    group = num_v_heads // num_heads
-    o.zero_()
-    cu = cu_seqlens.long().clamp(0, num_tokens)  # checks off: rows never reach outside the T tokens
-    lens = cu[1:] - cu[:-1]
-    valid, slot_all = owned_slots(state_indices, pool.shape[0])  # out of range (checks off): padding
-    rows = (valid & (lens > 0)).nonzero().squeeze(1)
-    if rows.numel() == 0:
-        return
-    lens_r = lens[rows]
-    order = torch.argsort(lens_r, descending=True, stable=True)
-    rows, lens_r = rows[order], lens_r[order]
-    slots = slot_all[rows]
-    num_rows = rows.numel()
-
-    # 1) commit pending records: one state read, one write where something is pending.
-    bank = records.bank[slots].long()
-    n_rep = torch.minimum(pending[rows].long().clamp(min=0), records.num_recorded[slots].long())
-    states = replay_states(
-        pool[slots], records.k[slots, bank], records.g[slots, bank], records.u[slots], n_rep
-    )  # [A, HV, Dk, Dv] fp32
-    committed = n_rep > 0
-    pool[slots[committed]] = states[committed]
-
-    # 2) this call's tokens, padded to [A, Lmax, ...] (rows sorted by length: live rows form a prefix).
-    max_len = int(lens_r[0])
-    t_idx = torch.arange(max_len, device=device)
-    live = t_idx[None, :] < lens_r[:, None]
-    pos = torch.where(
-        live, cu[rows][:, None] + t_idx[None, :], torch.zeros((), dtype=torch.long, device=device)
-    )
     f32 = torch.float32
-    q_p, k_p = q[pos].to(f32), k[pos].to(f32)  # [A, Lmax, H, Dk]
-    if use_qk_l2norm:
+    length = uniform_row_length(cu_seqlens, state_indices, num_tokens, pool.shape[0])
+    if length:  # a fixed-K step: rows back to back, each owning its slot: views, no gathers
+        ragged = None
+        slots = state_indices.long()
+        num_rows = slots.shape[0]
+        pending_r = pending
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            return t.view(num_rows, length, *t.shape[1:]).to(f32)
+
+    else:
+        o.zero_()
+        cu = cu_seqlens.long().clamp(0, num_tokens)  # checks off: rows never reach outside the T tokens
+        lens = cu[1:] - cu[:-1]
+        valid, slot_all = owned_slots(state_indices, pool.shape[0])  # out of range (checks off): padding
+        rows = (valid & (lens > 0)).nonzero().squeeze(1)
+        if rows.numel() == 0:
+            return
+        lens_r = lens.index_select(0, rows)
+        slots = slot_all.index_select(0, rows)
+        num_rows = rows.numel()
+        pending_r = pending.index_select(0, rows)
+        length = int(lens_r.max())
+        t_idx = torch.arange(length, device=device)
+        live = t_idx[None, :] < lens_r[:, None]  # [A, L]
+        flat_pos = torch.where(
+            live,
+            cu.index_select(0, rows)[:, None] + t_idx[None, :],
+            torch.zeros((), dtype=torch.long, device=device),
+        ).reshape(-1)
+        ragged = (lens_r, live, flat_pos)
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            return t.index_select(0, flat_pos).view(num_rows, length, *t.shape[1:]).to(f32)
+
+    # This call's tokens as [A, L, ...]; in the ragged case padding tokens get g = 0 and beta = 0 (u = 0: they
+    # change nothing, and they come after every live token of their row).
+    q_p, k_p = take(q), take(k)  # [A, L, H, Dk]
+    if args.use_qk_l2norm:
         q_p, k_p = _l2norm(q_p), _l2norm(k_p)
-    q_p = (q_p * scale).repeat_interleave(group, dim=2)
-    k_v = k_p.repeat_interleave(group, dim=2)  # [A, Lmax, HV, Dk]
-    v_p, g_p, b_p = v[pos].to(f32), g[pos].to(f32), beta[pos].to(f32)
-    u_p = torch.zeros(num_rows, max_len, num_v_heads, dv, dtype=f32, device=device)
-    o_p = torch.zeros_like(u_p)
-    running = live.sum(dim=0).tolist()  # rows still running at each t
-    flat = states.view(num_rows * num_v_heads, dk, dv)
-    for t in range(max_len):
-        n = running[t]
-        s_n = flat[: n * num_v_heads]
-        s_n.mul_(torch.exp(g_p[:n, t]).reshape(-1, 1, 1))
-        k_t = k_v[:n, t].reshape(-1, 1, dk)
-        pred = torch.bmm(k_t, s_n).reshape(n, num_v_heads, dv)  # S~^T k
-        u_t = b_p[:n, t, :, None] * (v_p[:n, t] - pred)
-        s_n.baddbmm_(k_t.transpose(1, 2), u_t.reshape(-1, 1, dv))
-        o_p[:n, t] = torch.bmm(q_p[:n, t].reshape(-1, 1, dk), s_n).reshape(n, num_v_heads, dv)
-        u_p[:n, t] = u_t
-    o[pos[live]] = o_p[live].to(o.dtype)
+    g_p, b_p, v_p = take(g), take(beta), take(v)
+    if ragged is not None:
+        zero = torch.zeros((), dtype=f32, device=device)
+        g_p = torch.where(ragged[1][:, :, None], g_p, zero)
+        b_p = torch.where(ragged[1][:, :, None], b_p, zero)
+    qh, kh = _per_head(q_p * args.scale, num_v_heads), _per_head(k_p, num_v_heads)  # [A, HV, L, Dk]
+
+    # 1) commit pending records into the pool (one state write where something is pending), then [q; k] @ S.
+    bank = records.bank.index_select(0, slots).long()
+    n_rep = torch.minimum(pending_r.long().clamp(min=0), records.num_recorded.index_select(0, slots).long())
+    n_list = n_rep.tolist()  # host values (the reference is the CPU path; a device run syncs here)
+    factors = None
+    if any(n > 0 for n in n_list):
+        factors = _replay_factors(records.k[slots, bank], records.g[slots, bank], records.u[slots], n_rep)
+    qk_s = _commit_and_project(pool, slots.tolist(), n_list, factors, torch.cat((qh, kh), dim=2))
+
+    # 2) this call's tokens in chunk form.
+    u_h, o_h = _chunk(qk_s, qh, kh, v_p.transpose(1, 2), g_p.transpose(1, 2), b_p.transpose(1, 2))
+    u_p, o_p = u_h.transpose(1, 2), o_h.transpose(1, 2)  # [A, L, HV, Dv]
+    if ragged is None:
+        o.view(num_rows, length, num_v_heads, dv).copy_(o_p)
+    else:
+        live_tok = ragged[1].reshape(-1).nonzero().squeeze(1)
+        o_live = o_p.reshape(-1, num_v_heads, dv).index_select(0, live_tok)
+        o.index_copy_(0, ragged[2].index_select(0, live_tok), o_live.to(o.dtype))
 
     # 3) records of this call into the other bank (u: single copy), then the metadata. Lengths above the
     # capacity only get here with value checks off: no record is written past it, num_recorded = capacity.
     new_bank = 1 - bank
-    cap = min(max_len, records.max_tokens_per_step)
+    cap = min(length, records.max_tokens_per_step)
     records.k[slots, new_bank, :cap] = k_p[:, :cap]
     records.g[slots, new_bank, :cap] = g_p[:, :cap]
     records.u[slots, :cap] = u_p[:, :cap]
-    records.bank[slots] = new_bank.to(torch.int32)
-    records.num_recorded[slots] = lens_r.clamp(max=records.max_tokens_per_step).to(torch.int32)
+    records.bank.index_copy_(0, slots, new_bank.to(torch.int32))
+    if ragged is None:
+        records.num_recorded.index_fill_(0, slots, cap)
+    else:
+        recorded = ragged[0].clamp(max=records.max_tokens_per_step).to(torch.int32)
+        records.num_recorded.index_copy_(0, slots, recorded)
 
 
 def _flush(
