@@ -39,6 +39,10 @@ from ascend_spec.vllm.config import AscendSpecConfig, parse_config
 
 _OP_NAME = "ascend_spec_gdn_verify_core"
 _op_registered = False
+#: The speculative rows' (metadata, state slots, cu_seqlens, pending) of the current step: every GDN layer of a
+#: step reads the same metadata object and, having seen the same verify calls, flushes and prefills, holds the
+#: same recorded counts, so the first layer of a step computes them and the others reuse them.
+_step_rows: tuple | None = None
 
 
 def _register_op() -> None:
@@ -93,6 +97,8 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
         self.num_spec = 0  # get_state_shape(): a conv state of W-1 columns, no per-draft columns
         self.records = None
         self.conv_records = None
+        self._neg_a = None  # -exp(A_log) in fp32 and dt_bias in fp32, once the weights are loaded
+        self._dt_bias = None
         _register_op()
         self._forward_method = self._forward_verify
 
@@ -216,7 +222,7 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
             device=hidden_states.device,
         )
         torch.ops.vllm.ascend_spec_gdn_verify_core(
-            mixed_qkv, b.contiguous(), a.contiguous(), core_attn_out, _encode_layer_name(self.prefix)
+            mixed_qkv, b, a, core_attn_out, _encode_layer_name(self.prefix)
         )
         return self._output_projection(core_attn_out, z)
 
@@ -246,10 +252,9 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
         else:
             n_tok = m.num_spec_decode_tokens
             spec_qkv, spec_b, spec_a = mixed_qkv[:n_tok], b[:n_tok], a[:n_tok]
-        out = self._verify_spec_rows(m, spec_qkv.contiguous(), spec_b.contiguous(), spec_a.contiguous())
-        if not mixed:
-            core_attn_out[: out.size(0)] = out
+            self._verify_spec_rows(m, spec_qkv, spec_b, spec_a, out=core_attn_out[:n_tok])
             return
+        out = self._verify_spec_rows(m, spec_qkv, spec_b, spec_a)
         core_attn_out.index_copy_(0, m.spec_token_indx, out)
         ns = m.non_spec_token_indx
         width = self._conv_weight().size(-1)
@@ -266,12 +271,33 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
         core_attn_out.index_copy_(0, ns, ns_out)
         self._drop_records(m.prefill_state_indices)
 
-    def _verify_spec_rows(self, m, x: torch.Tensor, b: torch.Tensor, a: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    def _rows(self, m) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # noqa: ANN001
+        """``(slots, cu_seqlens, pending)`` of the speculative rows, computed once per step (``_step_rows``)."""
+        global _step_rows
+        if _step_rows is None or _step_rows[0] is not m:
+            n = m.num_spec_decodes
+            slots = _index(m.spec_state_indices_tensor[:n, 0])
+            cu = _index(m.spec_query_start_loc[: n + 1])
+            _step_rows = (m, slots, cu, self._pending(slots, m.num_accepted_tokens[:n]))
+        return _step_rows[1], _step_rows[2], _step_rows[3]
+
+    def _gates(self, b: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``g = -exp(A_log) softplus(a + dt_bias)`` and ``beta = sigmoid(b)`` in fp32."""
+        if self._neg_a is None:  # inference weights do not change after loading
+            self._neg_a = -self.A_log.float().exp()
+            self._dt_bias = self.dt_bias.float()
+        return self._neg_a * F.softplus(a.float() + self._dt_bias), b.float().sigmoid()
+
+    def _verify_spec_rows(
+        self,
+        m,  # noqa: ANN001
+        x: torch.Tensor,
+        b: torch.Tensor,
+        a: torch.Tensor,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Conv + recurrence of the speculative rows (tokens in ``spec_query_start_loc`` order)."""
-        n = m.num_spec_decodes
-        slots = _index(m.spec_state_indices_tensor[:n, 0])
-        cu = _index(m.spec_query_start_loc[: n + 1])
-        pending = self._pending(slots, m.num_accepted_tokens[:n])
+        slots, cu, pending = self._rows(m)
         backend = self.ascend_spec.backend
         y = verify_causal_conv1d(
             x,
@@ -287,16 +313,12 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
         )
         tokens = y.size(0)
         kd, vd = self.key_dim // self.tp_size, self.value_dim // self.tp_size
-        q, k, v = y.split([kd, kd, vd], dim=-1)
-        q = q.reshape(tokens, -1, self.head_k_dim).contiguous()
-        k = k.reshape(tokens, -1, self.head_k_dim).contiguous()
-        v = v.reshape(tokens, -1, self.head_v_dim).contiguous()
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
-        beta = b.float().sigmoid()
+        q, k, v = y.split([kd, kd, vd], dim=-1)  # strided views: the op reads them in place
+        g, beta = self._gates(b, a)
         return verify_gated_delta_rule(
-            q,
-            k,
-            v,
+            q.view(tokens, -1, self.head_k_dim),
+            k.view(tokens, -1, self.head_k_dim),
+            v.view(tokens, -1, self.head_v_dim),
             g,
             beta,
             cu_seqlens=cu,
@@ -307,4 +329,5 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
             scale=self.head_k_dim**-0.5,
             use_qk_l2norm=True,
             backend=backend,
+            out=out,
         )
