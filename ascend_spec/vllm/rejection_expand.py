@@ -53,9 +53,12 @@ def expand_per_request(
 
 def cpu_expand_is_broken() -> bool:
     """True where vLLM's ``_expand`` launches the CPU C++ override written for int64 tensors only."""
-    from vllm.triton_utils.dispatcher import KernelOverride
-    from vllm.utils import cpu_triton_utils
-    from vllm.v1.sample import rejection_sampler
+    try:  # engines without the kernel-override registry (other vLLM versions, vllm-ascend pairs) have no such path
+        from vllm.triton_utils.dispatcher import KernelOverride
+        from vllm.utils import cpu_triton_utils
+        from vllm.v1.sample import rejection_sampler
+    except ImportError:
+        return False
 
     kernel = vars(rejection_sampler._expand).get("kernel")
     return isinstance(kernel, KernelOverride) and kernel.func is cpu_triton_utils._expand_kernel_impl
