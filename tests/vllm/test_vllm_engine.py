@@ -145,19 +145,44 @@ def test_preemption_with_a_small_kv_cache(engine_dir, hybrid_low_entropy):
     assert_matches_plain(plain, ours, allow_ties=True)
 
 
-def test_random_sampling_completes(engine_dir, hybrid_low_entropy):
-    """Seeded random sampling (temperature 0.8) with drafts verified on the GDN layers: every request completes
-    with its length and in-vocabulary tokens, and drafts went through the ragged verify path. Neither acceptance
-    nor bit reproducibility is asserted here: vLLM 0.32's CPU speculative sampling ignores request seeds, so the
-    accepted count varies run to run (0 in some runs) even without the plugin (docs/vllm.md, measured); the
-    greedy tests assert acceptance > 0."""
-    from ascend_spec.e2e.tiny_models import VOCAB_SIZE
+# ------------------------------------------------------------------------------- seeded random sampling
 
-    spec = speculative("dflash", hybrid_low_entropy)
-    ours = run(engine_dir, hybrid_low_entropy, speculative=spec, plugin=PLUGIN, temperature=0.8, seed=123)
-    assert [len(t) for t in ours.tokens] == LENGTHS
-    assert all(0 <= tok < VOCAB_SIZE for t in ours.tokens for tok in t)
-    assert ours.num_drafts > 0
+# One prompt twice, then another twice: run_engine seeds request i with seed + i, so each pair differs in its seed.
+SAMPLING_PROMPTS = [PROMPTS[0], PROMPTS[0], PROMPTS[1], PROMPTS[1]]
+SAMPLING = {"prompts": SAMPLING_PROMPTS, "max_tokens": 12, "temperature": 1.0, "seed": 123}
+
+
+@pytest.mark.parametrize("target", ["dense_low_entropy", "hybrid_low_entropy"])
+@pytest.mark.parametrize("method", ["dflash", "ngram"])
+def test_seeded_random_sampling_reproduces(engine_dir, request, target, method):
+    """Same seeds, two engines: the same tokens and acceptance; another seed for the same prompt: other tokens.
+    (vLLM 0.32's CPU engine divided the draft positions' logits by uninitialised memory: patch point
+    cpu_rejection_expand, docs/vllm.md.) ngram's drafts on the low-entropy target are accepted at T = 1."""
+    models = request.getfixturevalue(target)
+    spec = speculative(method, models)
+    first = run(engine_dir, models, speculative=spec, plugin=PLUGIN, **SAMPLING)
+    second = run(engine_dir, models, speculative=spec, plugin=PLUGIN, **SAMPLING)
+    assert first.tokens == second.tokens
+    assert (first.num_drafts, first.num_accepted) == (second.num_drafts, second.num_accepted)
+    assert first.tokens[0] != first.tokens[1] and first.tokens[2] != first.tokens[3]
+    assert first.num_drafts > 0
+    if method == "ngram":
+        assert first.num_accepted > 0
+    if models.hybrid:
+        assert first.gdn_slots_per_request == 1  # drafts went through the ragged GDN verify path
+
+
+def test_random_sampling_accepts_every_draft_of_a_point_mass_target(engine_dir, models_dir):
+    """The constant target puts all its mass on one token (logit margin > 500: probability 1 at T = 1) and its
+    DFlash drafter drafts that token: rejection sampling must accept every draft (target/draft ratio 1 >= u)
+    and emit nothing else. Needs no luck from the seed."""
+    from ascend_spec.e2e.tiny_models import CONSTANT_TOKEN, make_tiny_models
+
+    models = make_tiny_models(models_dir, hybrid=False, constant=True)
+    ours = run(engine_dir, models, speculative=speculative("dflash", models), plugin=PLUGIN, **SAMPLING)
+    assert all(tok == CONSTANT_TOKEN for t in ours.tokens for tok in t)
+    assert ours.num_draft_tokens > 0
+    assert ours.num_accepted == ours.num_draft_tokens
 
 
 @pytest.mark.parametrize("backend", ["triton", "ascendc"])
