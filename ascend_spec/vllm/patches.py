@@ -416,14 +416,20 @@ def _register_gdn_layer(*, npu: bool = False) -> None:
 
 
 def gdn_layers(runner) -> list:  # noqa: ANN001
-    """The runner's GDN layers that verify with the plugin."""
+    """The runner's GDN layers that verify with the plugin (found once the model is loaded, then kept)."""
     from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
 
-    return [
+    cached = runner.__dict__.get("_ascend_spec_gdn_layers")
+    if cached is not None:
+        return cached
+    layers = [
         layer
         for layer in runner.compilation_config.static_forward_context.values()
         if isinstance(layer, AscendSpecGDNAttention) and layer.ascend_spec is not None
     ]
+    if layers:  # before load_model the context is empty: look again next time
+        runner._ascend_spec_gdn_layers = layers
+    return layers
 
 
 def _mamba_group(runner) -> int | None:  # noqa: ANN001
@@ -445,7 +451,9 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
 
     def _load_model_with_log(self, *args: Any, **kwargs: Any):  # noqa: ANN202
         result = load_model(*args, **kwargs)
+        self.__dict__.pop("_ascend_spec_gdn_layers", None)
         layers = gdn_layers(self)
+        self._ascend_spec_gdn_layers = layers  # kept for every step, also when empty (a dense target)
         drafter = getattr(self, "drafter", None)
         logger.info(
             "ascend-spec %s on vLLM %s: %d GDN layers verify ragged drafts on one state slot per request; "
