@@ -2,7 +2,8 @@
 
 Every run is a fresh in-process vLLM engine on the same prompts (token ids) and target; the table compares each
 speculative run with plain decoding of the same engine build: tokens/s (ratio to plain in the same invocation),
-acceptance per draft position, mean acceptance and verify lengths, GDN state bytes per request, and the first
+tokens per CPU-second of the engine process (on a shared host other jobs stretch wall time, not CPU time), the
+plugin's ratio to upstream's run of the same method (``wall/CPU``), acceptance per draft position, mean acceptance and verify lengths, GDN state bytes per request, and the first
 divergence from plain decoding per prompt with plain decoding's top-2 logprob margin there.
 """
 

@@ -68,6 +68,8 @@ class Row:
             "error": r.error,
             "tokens_per_s": round(r.tokens_per_second, 2),
             "vs_plain": round(r.tokens_per_second / plain_tps, 3) if plain_tps and not r.error else None,
+            "tokens_per_cpu_s": round(r.tokens_per_cpu_second, 2),
+            "cpu_seconds": round(r.cpu_seconds, 4),
             "accepted_per_position": [round(x, 3) for x in r.acceptance_rate_per_position],
             "mean_acceptance_length": r.mean_acceptance_length,
             "mean_verify_length": r.mean_verify_length,
@@ -100,6 +102,18 @@ def _fmt_div(divs: list[Divergence | None] | None) -> str:
     return " ".join(parts)
 
 
+def _vs_upstream(row: Row, rows: list[Row]) -> str:
+    """The plugin's tok/s and tok/CPU-s over upstream's for the same method (``wall/cpu``), else ``-``."""
+    if row.mode != "ascend-spec":
+        return "-"
+    up = next((r for r in rows if r.mode == "upstream" and r.method == row.method), None)
+    if up is None or up.run.error or not up.run.tokens_per_second or not up.run.tokens_per_cpu_second:
+        return "-"
+    wall = row.run.tokens_per_second / up.run.tokens_per_second
+    cpu = row.run.tokens_per_cpu_second / up.run.tokens_per_cpu_second
+    return f"{wall:.2f}/{cpu:.2f}"
+
+
 def format_table(rows: list[Row]) -> str:
     plain = next((r for r in rows if r.mode == "plain"), None)
     plain_tps = plain.run.tokens_per_second if plain and not plain.run.error else None
@@ -108,6 +122,8 @@ def format_table(rows: list[Row]) -> str:
         "method",
         "tok/s",
         "vs plain",
+        "tok/CPU-s",
+        "vs upstream",
         "accepted/pos",
         "accept len",
         "verify len",
@@ -118,7 +134,7 @@ def format_table(rows: list[Row]) -> str:
     for row in rows:
         r = row.run
         if r.error:
-            lines.append([row.mode, row.method, "failed", "-", "-", "-", "-", "-", r.error[:160]])
+            lines.append([row.mode, row.method, "failed", "-", "-", "-", "-", "-", "-", "-", r.error[:160]])
             continue
         state = (
             "-"
@@ -131,6 +147,8 @@ def format_table(rows: list[Row]) -> str:
                 row.method,
                 f"{r.tokens_per_second:.1f}",
                 _fmt(r.tokens_per_second / plain_tps if plain_tps else None),
+                f"{r.tokens_per_cpu_second:.1f}",
+                _vs_upstream(row, rows),
                 ",".join(f"{x:.2f}" for x in r.acceptance_rate_per_position) or "-",
                 _fmt(r.mean_acceptance_length),
                 _fmt(r.mean_verify_length),
