@@ -1,7 +1,8 @@
 """Tiny random-weight checkpoints for engine runs without a model hub: targets and the drafters vLLM needs.
 
-Targets are saved by transformers (so vLLM reads real HF checkpoints): a Qwen3 dense model and a Qwen3.5 hybrid
-(Gated DeltaNet + full attention; GDN head dims 128, the only size vLLM's CPU GDN kernels take). The DFlash
+Targets are saved by transformers (so vLLM reads real HF checkpoints): a Qwen3 dense model, a Qwen3.5 hybrid
+(Gated DeltaNet + full attention; GDN head dims 128, the only size vLLM's CPU GDN kernels take) and a Qwen3-Next
+hybrid of the same GDN shapes (its interleaved q/k/v/z layout). The DFlash
 and DSpark drafters and the Qwen3.5 MTP head are written as safetensors with the names vLLM's loaders expect.
 
 ``low_entropy=True`` keeps only a few non-zero lm_head rows: the target then picks among few tokens, so drafters
@@ -123,6 +124,47 @@ def _qwen35_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, torc
     return state
 
 
+def _qwen3_next_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, torch.Tensor]:
+    """Qwen3-Next: the same GDN shapes as the Qwen3.5 target, its interleaved q/k/v/z projection layout, a tiny
+    sparse-MoE block (4 experts, 2 per token, a shared expert; vLLM's Qwen3-Next class needs at least one MoE
+    layer) on the last layer, dense MLPs elsewhere, and no MTP head."""
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    torch.manual_seed(seed)
+    layers = 4
+    config = Qwen3NextConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=HIDDEN_SIZE,
+        intermediate_size=256,
+        num_hidden_layers=layers,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        mlp_only_layers=list(range(layers - 1)),
+        num_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=64,
+        shared_expert_intermediate_size=64,
+        num_attention_heads=8,
+        num_key_value_heads=8,  # wide KV heads: see _qwen35_target
+        head_dim=64,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+        architectures=["Qwen3NextForCausalLM"],
+    )
+    model = Qwen3NextForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if hasattr(layer, "linear_attn"):
+                layer.linear_attn.A_log.uniform_(-2.0, 0.5)
+                layer.linear_attn.dt_bias.uniform_(-1.0, 1.0)
+    return _write_target(model, out, low_entropy, seed)
+
+
 def _add_mtp_head(out: Path, target: dict[str, torch.Tensor], seed: int) -> None:
     """Qwen3.5's MTP head (``mtp.*``: fc, one full-attention layer, norms) in a second safetensors shard."""
     from safetensors.torch import save_file
@@ -236,16 +278,24 @@ def _make_constant(target: Path, dflash: Path) -> None:
 
 
 def make_tiny_models(
-    root: Path, *, hybrid: bool, low_entropy: bool = False, constant: bool = False, seed: int = 0
+    root: Path,
+    *,
+    hybrid: bool,
+    low_entropy: bool = False,
+    constant: bool = False,
+    seed: int = 0,
+    qwen3_next: bool = False,
 ) -> TinyModels:
-    """Write a target (Qwen3 or the Qwen3.5 hybrid) and a DFlash drafter for it under ``root``; reuse them if
-    they already exist (same arguments, same files)."""
+    """Write a target (Qwen3, the Qwen3.5 hybrid, or with ``qwen3_next`` a Qwen3-Next hybrid) and a DFlash
+    drafter for it under ``root``; reuse them if they already exist (same arguments, same files)."""
     if constant and (hybrid or low_entropy):
         raise ValueError(
             "constant=True makes a dense target of its own; it takes neither hybrid nor low_entropy"
         )
+    if qwen3_next and not hybrid:
+        raise ValueError("qwen3_next=True makes a hybrid target; pass hybrid=True")
     kind = (
-        ("qwen35" if hybrid else "qwen3")
+        ("qwen3next" if qwen3_next else "qwen35" if hybrid else "qwen3")
         + ("_lowent" if low_entropy else "")
         + ("_constant" if constant else "")
         + f"_s{seed}_v{GENERATOR_VERSION}"
@@ -255,7 +305,9 @@ def make_tiny_models(
     done = base / "done"
     layers = [0, 3] if hybrid else [0, 1]
     if not done.exists():
-        if hybrid:
+        if qwen3_next:
+            _qwen3_next_target(target, low_entropy=low_entropy, seed=seed)
+        elif hybrid:
             _qwen35_target(target, low_entropy=low_entropy, seed=seed)
         else:
             _qwen3_target(target, low_entropy=low_entropy, seed=seed)
@@ -266,4 +318,6 @@ def make_tiny_models(
     if not (dspark / "done").exists():
         _dspark_drafter(dspark, target_layers=layers, seed=seed)
         (dspark / "done").write_text("ok")
-    return TinyModels(target=target, dflash=dflash, mtp=hybrid, hybrid=hybrid, dspark=dspark)
+    return TinyModels(
+        target=target, dflash=dflash, mtp=hybrid and not qwen3_next, hybrid=hybrid, dspark=dspark
+    )

@@ -37,5 +37,11 @@ def hybrid_low_entropy(models_dir: Path) -> TinyModels:
 
 
 @pytest.fixture(scope="session")
+def qwen3_next_low_entropy(models_dir: Path) -> TinyModels:
+    """A low-entropy Qwen3-Next hybrid (interleaved q/k/v/z GDN projections, one tiny MoE layer)."""
+    return make_tiny_models(models_dir, hybrid=True, low_entropy=True, qwen3_next=True)
+
+
+@pytest.fixture(scope="session")
 def dense_low_entropy(models_dir: Path) -> TinyModels:
     return make_tiny_models(models_dir, hybrid=False, low_entropy=True)

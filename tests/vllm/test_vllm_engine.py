@@ -89,6 +89,22 @@ def test_ngram_on_hybrid_matches_plain_where_upstream_breaks(engine_dir, hybrid_
     assert ours.mean_verify_length < 1 + K
 
 
+def test_ngram_on_qwen3_next_matches_plain_on_one_state_slot(engine_dir, qwen3_next_low_entropy):
+    """Qwen3-Next's GDN layers (interleaved q/k/v/z projection layout) go through the same ragged verification."""
+    plain = run(engine_dir, qwen3_next_low_entropy, logprobs=True)
+    ours = run(
+        engine_dir,
+        qwen3_next_low_entropy,
+        speculative=speculative("ngram", qwen3_next_low_entropy),
+        plugin=PLUGIN,
+    )
+    assert_matches_plain(plain, ours, allow_ties=True)
+    assert ours.num_accepted > 0
+    assert ours.mean_verify_length < 1 + K  # ragged steps
+    assert ours.gdn_slots_per_request == 1
+    assert ours.gdn_state_bytes_per_request == _gdn_bytes_per_request(qwen3_next_low_entropy, K, plugin=True)
+
+
 def test_ngram_on_random_hybrid_matches_plain_up_to_bf16_ties(engine_dir, hybrid, plain_hybrid):
     ours = run(engine_dir, hybrid, speculative=speculative("ngram", hybrid), plugin=PLUGIN)
     assert_matches_plain(plain_hybrid, ours, allow_ties=True)
