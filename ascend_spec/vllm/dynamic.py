@@ -111,9 +111,7 @@ class DynamicStats:
     target_graphs: collections.Counter = field(default_factory=collections.Counter)
     ragged_steps: int = 0  # steps whose requests verify different numbers of drafts
     skipped_steps: int = 0  # plain decodes without a drafter run (the no-draft option)
-    score_kinds: collections.Counter = field(
-        default_factory=collections.Counter
-    )  # steps per DraftScores.kind
+    score_kinds: collections.Counter = field(default_factory=collections.Counter)  # steps per score kind
     last_lengths: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:

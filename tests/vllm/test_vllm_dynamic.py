@@ -86,13 +86,13 @@ def _drafter(method: str, models) -> dict:  # noqa: ANN001
     return speculative(method, models)
 
 
+SCORE_KIND = {"dflash": "logits", "dspark": "head"}
+
+
 def _check_score_kind(stats: dict, method: str) -> None:
     """Every planned step scored its drafts one way: DSpark with head_confidence on its confidence head, DFlash
     with max_softmax_confidence on its draft logits."""
     assert stats["score_kinds"] == {SCORE_KIND[method]: stats["steps"]}
-
-
-SCORE_KIND = {"dflash": "logits", "dspark": "head"}
 
 
 @pytest.mark.parametrize("method", ["dflash", "dspark"])
