@@ -134,17 +134,18 @@ def _check_lossless_ragged(engine_dir, tmp_path, models, plain, target: str, met
         assert ours.gdn_slots_per_request == 1
 
 
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
 def test_dynamic_with_preemption_on_the_hybrid_matches_plain(
-    engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid_long
+    engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid_long, method
 ):
-    """Ragged DFlash budgets in a KV cache small enough to preempt (the part-1 scenario of
-    test_vllm_engine.py): requests leave and re-enter the batch (recompute) while the controller keeps planning,
-    and the output stays that of plain decoding (bf16 tie rule: 250-token runs meet near ties)."""
+    """Ragged budgets in a KV cache small enough to preempt (the part-1 scenario of test_vllm_engine.py):
+    requests leave and re-enter the batch (recompute) while the controller keeps planning, and the output stays
+    that of plain decoding (bf16 tie rule: 250-token runs meet near ties)."""
     profile = _profile(tmp_path / "pair.json", PAIR_TARGET, DRAFT)
     ours = run(
         engine_dir,
         hybrid_low_entropy,
-        speculative=speculative("dflash", hybrid_low_entropy),
+        speculative=_drafter(method, hybrid_low_entropy),
         plugin=_dynamic(profile),
         kv_cache_bytes=PREEMPTION_KV_CACHE_BYTES,
         max_tokens=PREEMPTION_LENGTHS,
@@ -154,6 +155,7 @@ def test_dynamic_with_preemption_on_the_hybrid_matches_plain(
     assert_matches_plain(plain_hybrid_long, ours, allow_ties=True)
     stats = ours.dynamic
     _check_step_counters(stats, len(PROMPTS))
+    _check_score_kind(stats, method)
     assert stats["ragged_steps"] > 0 and int(stats["lengths"].get("0", 0)) > 0
     assert 0 < ours.num_accepted <= ours.num_draft_tokens < K * ours.num_drafts
     assert ours.gdn_slots_per_request == 1
