@@ -9,12 +9,14 @@ and DSpark drafters and the Qwen3.5 MTP head are written as safetensors with the
 with random weights still get drafts accepted (tests assert acceptance > 0), and greedy margins are wide.
 
 ``constant=True`` (dense only) makes the target emit one token, always and with a wide margin, and its DFlash
-drafter draft that token with confidence ~1: a perfect drafter. One hidden channel carries a constant from the
-embeddings to the final norm (no layer writes it; both final norms keep only it), and one lm_head row reads it.
+and DSpark drafters draft that token with confidence ~1: perfect drafters. One hidden channel carries a constant
+from the embeddings to the final norm (no layer writes it; every final norm keeps only it), and one lm_head row
+reads it; the DSpark confidence head is certain of every draft (:func:`with_dspark_confidence` rewrites it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +28,11 @@ HIDDEN_SIZE = 128
 # Low-entropy targets: the lm_head rows of these tokens are the only non-zero ones.
 LOW_ENTROPY_TOKENS = 6
 # Part of the folder name: a changed generator never reuses checkpoints an older one wrote.
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 # Constant targets: the channel that carries the constant, its value, and the token they emit.
 CONSTANT_CHANNEL, CONSTANT_VALUE, CONSTANT_TOKEN = 0, 8.0, 7
+# Constant DSpark drafters: the confidence head's logit for every draft (sigmoid(10) = 1 - 4.5e-5).
+CONSTANT_CONFIDENCE_LOGIT = 10.0
 
 
 @dataclass(frozen=True)
@@ -254,27 +258,51 @@ def _dspark_drafter(out: Path, *, target_layers: list[int], seed: int) -> None:
     _save_json(out / "config.json", cfg)
 
 
-def _make_constant(target: Path, dflash: Path) -> None:
-    """Rewrite a dense target and its drafter so both always pick CONSTANT_TOKEN (module docstring)."""
+def _make_constant(path: Path, norm: str) -> None:
+    """Rewrite a dense target or a drafter checkpoint so it always picks CONSTANT_TOKEN (module docstring)."""
     from safetensors.torch import load_file, save_file
 
     d = CONSTANT_CHANNEL
-    for path, norm in (
-        (target / "model.safetensors", "model.norm.weight"),
-        (dflash / "model.safetensors", "norm.weight"),
-    ):
-        state = load_file(str(path))
-        for name, w in state.items():
-            if name.endswith(("o_proj.weight", "down_proj.weight")):
-                w[d] = 0  # no layer writes the constant channel
-        state[norm] = torch.zeros_like(state[norm])
-        state[norm][d] = 1.0
-        if "model.embed_tokens.weight" in state:
-            state["model.embed_tokens.weight"][:, d] = CONSTANT_VALUE
-            head = torch.zeros_like(state["lm_head.weight"])
-            head[CONSTANT_TOKEN, d] = 50.0
-            state["lm_head.weight"] = head
-        save_file(state, str(path), metadata={"format": "pt"})
+    state = load_file(str(path))
+    for name, w in state.items():
+        if name.endswith(("o_proj.weight", "down_proj.weight")):
+            w[d] = 0  # no layer writes the constant channel
+    state[norm] = torch.zeros_like(state[norm])
+    state[norm][d] = 1.0
+    if "model.embed_tokens.weight" in state:
+        state["model.embed_tokens.weight"][:, d] = CONSTANT_VALUE
+        head = torch.zeros_like(state["lm_head.weight"])
+        head[CONSTANT_TOKEN, d] = 50.0
+        state["lm_head.weight"] = head
+    save_file(state, str(path), metadata={"format": "pt"})
+
+
+def _set_confidence_logit(path: Path, logit: float) -> None:
+    """A DSpark confidence head that gives every draft the logit ``logit`` (zero weights, that bias)."""
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(path))
+    state["confidence_head.proj.weight"] = torch.zeros_like(state["confidence_head.proj.weight"])
+    state["confidence_head.proj.bias"] = torch.full_like(state["confidence_head.proj.bias"], logit)
+    save_file(state, str(path), metadata={"format": "pt"})
+
+
+def with_dspark_confidence(models: TinyModels, out: Path, logit: float) -> TinyModels:
+    """``models`` with a copy of its DSpark drafter (under ``out``) whose confidence head says ``logit`` for
+    every draft: the drafts are unchanged, only what the head claims about them."""
+    import shutil
+
+    if models.dspark is None:
+        raise ValueError(
+            f"with_dspark_confidence needs a set with a DSpark drafter; {models.target} has none"
+        )
+    dst = Path(out) / f"dspark_confidence_{logit:g}"
+    if not (dst / "done").exists():
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(models.dspark, dst)
+        _set_confidence_logit(dst / "model.safetensors", logit)
+        (dst / "done").write_text("ok")
+    return dataclasses.replace(models, dspark=dst)
 
 
 def make_tiny_models(
@@ -313,10 +341,14 @@ def make_tiny_models(
             _qwen3_target(target, low_entropy=low_entropy, seed=seed)
         _dflash_drafter(dflash, target_layers=layers, seed=seed)
         if constant:
-            _make_constant(target, dflash)
+            _make_constant(target / "model.safetensors", "model.norm.weight")
+            _make_constant(dflash / "model.safetensors", "norm.weight")
         done.write_text("ok")
     if not (dspark / "done").exists():
         _dspark_drafter(dspark, target_layers=layers, seed=seed)
+        if constant:
+            _make_constant(dspark / "model.safetensors", "norm.weight")
+            _set_confidence_logit(dspark / "model.safetensors", CONSTANT_CONFIDENCE_LOGIT)
         (dspark / "done").write_text("ok")
     return TinyModels(
         target=target, dflash=dflash, mtp=hybrid and not qwen3_next, hybrid=hybrid, dspark=dspark

@@ -10,7 +10,10 @@ query block), so this proposer is a DFlash proposer with three differences:
 * **Markov head**, sequential over the block: candidate i is ``argmax(base_i + markov_bias(embed(t_{i-1})))``
   with ``t_0`` the anchor (or a draw from that distribution under probabilistic draft sampling).
 * **Confidence head**: ``head_confidence(confidence_head(h_i, embed(t_{i-1})))``, one [B, K] float32 tensor per
-  proposal, read with :meth:`AscendSpecDSparkProposer.last_confidences` (dynamic verification consumes it).
+  proposal, read with :meth:`AscendSpecDSparkProposer.last_confidences`. Under dynamic verification the head's
+  ``[B, K]`` logits are this step's :class:`~ascend_spec.vllm.dynamic.DraftScores` (kind ``"head"``, through
+  the inherited ``take_draft_scores()``): the controller scores DSpark drafts with ``head_confidence``, never
+  with a max-softmax over the vocabulary, and a checkpoint without a confidence head is refused at load.
 
 The model is vLLM's ``Qwen3DSparkForCausalLM`` (``Qwen3DSparkModel`` checkpoints, ``markov_head.*`` and
 ``confidence_head.*`` weights), loaded by V1's proposer loader (embeddings and lm_head shared with the target
@@ -24,6 +27,7 @@ from vllm.v1.attention.backend import CommonAttentionMetadata
 
 from ascend_spec.ops import head_confidence
 from ascend_spec.vllm.config import parse_config
+from ascend_spec.vllm.dynamic import DraftScores
 from ascend_spec.vllm.proposer import AscendSpecDFlashProposer
 
 
@@ -31,6 +35,7 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
     """DSpark drafter for V1 (module docstring); the runner builds it where it would build an EAGLE proposer."""
 
     sample_from_anchor = True
+    draft_score_kind = "head"
 
     def __init__(self, vllm_config, device, runner=None) -> None:  # noqa: ANN001 - vLLM signature
         spec = vllm_config.speculative_config
@@ -64,6 +69,10 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
     @property
     def num_query_per_request(self) -> int:
         return self.num_speculative_tokens
+
+    def load_model(self, target_model) -> None:  # noqa: ANN001 - vLLM signature
+        super().load_model(target_model)
+        check_confidence_head(self.model, self.keep_draft_scores, self.speculative_config.model)
 
     def model_returns_tuple(self) -> bool:
         # The base class reads method names; 'dspark' is not among those returning one tensor.
@@ -134,6 +143,8 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
         k = self.num_speculative_tokens  # propose() may run with fewer tokens than the engine's K
         self._confidences[:batch, :k].copy_(head_confidence(logits).view(batch, k))
         self._num_confident_reqs, self._num_confident_cols = batch, k
+        if self.keep_draft_scores:  # dynamic verification: the head's logits, consumed by take_draft_scores()
+            self._draft_scores = DraftScores("head", logits.view(batch, k), batch, k)
 
     def last_confidences(self) -> torch.Tensor | None:
         """``[B, K]`` float32 confidences of the last proposal (``head_confidence`` of the DSpark confidence head,
@@ -143,6 +154,17 @@ class AscendSpecDSparkProposer(AscendSpecDFlashProposer):
         if self._num_confident_reqs is None:
             return None
         return self._confidences[: self._num_confident_reqs, : self._num_confident_cols]
+
+
+def check_confidence_head(model, dynamic: bool, name: object) -> None:  # noqa: ANN001 - a DSpark model
+    """Dynamic verification scores DSpark drafts with the confidence head: refuse a checkpoint without one
+    (vLLM drops the head when the config does not enable it or the weights lack ``confidence_head.*``)."""
+    if dynamic and model.model.confidence_head is None:
+        raise ValueError(
+            "additional_config['ascend_spec']['dynamic'] scores DSpark drafts with the drafter's confidence "
+            f"head; the speculative model {name!r} has none (config enable_confidence_head and "
+            "confidence_head.* weights). Use a checkpoint with a confidence head or switch 'dynamic' off"
+        )
 
 
 # vLLM's DSpark classes whose backbone is DFlash's Qwen3 stack (qwen3_dspark.Qwen3DSparkForCausalLM).

@@ -54,7 +54,7 @@ class DraftScores:
 
 
 class ConfidenceSource(Protocol):
-    """A proposer whose drafts the controller can score (DFlash here; a DSpark proposer implements the same)."""
+    """A proposer whose drafts the controller can score (DFlash: its draft logits; DSpark: its confidence head)."""
 
     def take_draft_scores(self) -> DraftScores | None:
         """This step's scores (consumed: a second call returns None until the drafter runs again)."""
@@ -111,6 +111,7 @@ class DynamicStats:
     target_graphs: collections.Counter = field(default_factory=collections.Counter)
     ragged_steps: int = 0  # steps whose requests verify different numbers of drafts
     skipped_steps: int = 0  # plain decodes without a drafter run (the no-draft option)
+    score_kinds: collections.Counter = field(default_factory=collections.Counter)  # steps per score kind
     last_lengths: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -128,6 +129,7 @@ class DynamicStats:
             "target_graphs": {str(k): v for k, v in self.target_graphs.items()},
             "ragged_steps": self.ragged_steps,
             "skipped_steps": self.skipped_steps,
+            "score_kinds": dict(sorted(self.score_kinds.items())),
         }
 
 
@@ -167,6 +169,7 @@ class DynamicVerifier:
         lengths = plan.num_drafts.tolist()  # a host tensor: no device read
         elapsed = time.perf_counter() - start
         self._record(lengths, plan.total_budget, elapsed, self.reader.copies - copies_before)
+        self.stats.score_kinds[scores.kind] += 1  # head: head_confidence ran; logits: max_softmax_confidence
         if plan.total_budget == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, 4x, 8x
             self._plain_probes += 1
             interval = self.probe_interval * 2 ** min(self._plain_probes - 1, MAX_BACKOFF_DOUBLINGS)

@@ -29,6 +29,8 @@ class AscendSpecDFlashProposer(DFlashProposer):
 
     # Block layout: [anchor, mask x K] with candidates read at the masks (DSpark overrides both).
     sample_from_anchor = False
+    # What take_draft_scores() hands dynamic verification: the draft logits (DSpark: its confidence head).
+    draft_score_kind = "logits"
 
     @property
     def num_query_per_request(self) -> int:
@@ -40,7 +42,11 @@ class AscendSpecDFlashProposer(DFlashProposer):
         self.ascend_spec = settings if settings is not None and settings.block_slots else None
         self.keep_draft_scores = settings is not None and settings.dynamic.enabled
         self._draft_scores: DraftScores | None = None
-        if self.keep_draft_scores and (self.use_local_argmax_reduction or self.use_heterogeneous_vocab):
+        if (
+            self.keep_draft_scores
+            and self.draft_score_kind == "logits"
+            and (self.use_local_argmax_reduction or self.use_heterogeneous_vocab)
+        ):
             raise ValueError(
                 "additional_config['ascend_spec']['dynamic'] needs the DFlash drafter's full logits; it does not "
                 "run with use_local_argmax_reduction or a heterogeneous draft vocabulary"

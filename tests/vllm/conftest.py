@@ -45,3 +45,14 @@ def qwen3_next_low_entropy(models_dir: Path) -> TinyModels:
 @pytest.fixture(scope="session")
 def dense_low_entropy(models_dir: Path) -> TinyModels:
     return make_tiny_models(models_dir, hybrid=False, low_entropy=True)
+
+
+@pytest.fixture(scope="session")
+def plain_hybrid_long(engine_dir: Path, hybrid_low_entropy: TinyModels):
+    """Plain decoding of the low-entropy hybrid at the preemption tests' lengths (with top-2 logits for the tie
+    rule), shared by the part-1 and the dynamic preemption tests."""
+    from engine_helpers import ONE_OMP_THREAD, PREEMPTION_LENGTHS, run
+
+    return run(
+        engine_dir, hybrid_low_entropy, max_tokens=PREEMPTION_LENGTHS, logprobs=True, env=ONE_OMP_THREAD
+    )

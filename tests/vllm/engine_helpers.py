@@ -14,6 +14,12 @@ K = 3
 PROMPTS = builtin_prompts(5)
 # Requests of different lengths finish at different times.
 LENGTHS = [20, 14, 24, 9, 17]
+# Preemption: the hybrid's requests grow past one attention block in a cache of 11 blocks.
+PREEMPTION_LENGTHS = [250, 240, 235, 245, 238]
+PREEMPTION_KV_CACHE_BYTES = 6_000_000
+# One OpenMP thread per engine: vLLM's CPU worker keeps two for speculative engines, and two on a busy 2-core
+# machine make every kernel wait at a barrier (docs/vllm.md); the tokens do not depend on it.
+ONE_OMP_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def speculative(method: str, models: TinyModels, k: int = K) -> dict:

@@ -1,5 +1,6 @@
-"""Dynamic verification inside vLLM's CPU engine: lossless against plain decoding, ragged and zero-draft
-requests in one batch, one host copy per step, and a controller that follows the drafter.
+"""Dynamic verification inside vLLM's CPU engine, for DFlash (max-softmax of its draft logits) and DSpark (its
+confidence head): lossless against plain decoding of the same engine, ragged and zero-draft requests in one
+batch, accepted drafts, preemption, one host copy per step, and a controller that follows the drafter.
 
 Cost profiles are given as files where a test needs a known decision (the measured costs of a shared 2-core
 machine are noise at these model sizes); the useless-drafter test measures them at engine start and reuses the
@@ -12,9 +13,24 @@ import json
 from pathlib import Path
 
 import pytest
-from engine_helpers import LENGTHS, PROMPTS, K, assert_matches_plain, run, speculative
+from engine_helpers import (
+    LENGTHS,
+    ONE_OMP_THREAD,
+    PREEMPTION_KV_CACHE_BYTES,
+    PREEMPTION_LENGTHS,
+    PROMPTS,
+    K,
+    assert_matches_plain,
+    run,
+    speculative,
+)
 
-from ascend_spec.e2e.tiny_models import CONSTANT_TOKEN, make_tiny_models
+from ascend_spec.e2e.tiny_models import (
+    CONSTANT_CONFIDENCE_LOGIT,
+    CONSTANT_TOKEN,
+    make_tiny_models,
+    with_dspark_confidence,
+)
 from ascend_spec.graph import CostProfile
 from ascend_spec.vllm.cost_profiles import ENGINE_PROFILE_FORMAT
 
@@ -23,11 +39,12 @@ pytestmark = pytest.mark.slow
 # B = 5 requests with K = 3: the 8-token target graph costs what 1 token costs, the next one (16) 3x: the
 # controller fills 8 - 5 = 3 drafts across 5 requests (ragged, some with none) unless survivals are very high.
 STEP_TARGET = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 3.0, 24: 4.0, 32: 5.0}
+# The preemption cache holds two requests at a time: the 4-token graph costs what 1 token costs, the next one (8)
+# 3x, so two requests share 2 drafts ([1, 1], or [2, 0] where one is surer) and one request alone gets K = 3.
+PAIR_TARGET = {1: 1.0, 2: 1.0, 4: 1.0, 8: 3.0, 16: 5.0, 24: 6.0, 32: 7.0}
 FLAT_TARGET = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.0, 24: 1.0, 32: 1.0}
 DRAFT = {4: 0.2, 8: 0.2, 16: 0.2, 24: 0.2, 32: 0.2}
-# One OpenMP thread per engine: vLLM's CPU worker keeps two for speculative engines, and two on a busy 2-core
-# machine make every kernel wait at a barrier (docs/vllm.md); the tokens do not depend on it.
-ENV = {"OMP_NUM_THREADS": "1"}
+ENV = ONE_OMP_THREAD
 
 
 def _profile(path: Path, target: dict, draft: dict) -> str:
@@ -63,27 +80,43 @@ def plain_hybrid(engine_dir, hybrid_low_entropy):
     return run(engine_dir, hybrid_low_entropy, logprobs=True, env=ENV)
 
 
-def test_dynamic_dflash_on_qwen3_matches_plain_with_ragged_and_zero_draft_requests(
-    engine_dir, tmp_path, dense_low_entropy, plain_dense
+def _drafter(method: str, models) -> dict:  # noqa: ANN001
+    if method == "dspark":
+        return {"method": "dspark", "model": str(models.dspark), "num_speculative_tokens": K}
+    return speculative(method, models)
+
+
+SCORE_KIND = {"dflash": "logits", "dspark": "head"}
+
+
+def _check_score_kind(stats: dict, method: str) -> None:
+    """Every planned step scored its drafts one way: DSpark with head_confidence on its confidence head, DFlash
+    with max_softmax_confidence on its draft logits."""
+    assert stats["score_kinds"] == {SCORE_KIND[method]: stats["steps"]}
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+def test_dynamic_on_qwen3_matches_plain_with_ragged_and_zero_draft_requests(
+    engine_dir, tmp_path, dense_low_entropy, plain_dense, method
 ):
-    _check_lossless_ragged(engine_dir, tmp_path, dense_low_entropy, plain_dense, "dense")
+    _check_lossless_ragged(engine_dir, tmp_path, dense_low_entropy, plain_dense, "dense", method)
 
 
-def test_dynamic_dflash_on_qwen35_hybrid_matches_plain_with_ragged_and_zero_draft_requests(
-    engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+def test_dynamic_on_qwen35_hybrid_matches_plain_with_ragged_and_zero_draft_requests(
+    engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid, method
 ):
-    _check_lossless_ragged(engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid, "hybrid")
+    _check_lossless_ragged(engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid, "hybrid", method)
 
 
-def _check_lossless_ragged(engine_dir, tmp_path, models, plain, target: str) -> None:  # noqa: ANN001
+def _check_lossless_ragged(engine_dir, tmp_path, models, plain, target: str, method: str) -> None:  # noqa: ANN001
     profile = _profile(tmp_path / "step.json", STEP_TARGET, DRAFT)
-    ours = run(
-        engine_dir, models, speculative=speculative("dflash", models), plugin=_dynamic(profile), env=ENV
-    )
+    ours = run(engine_dir, models, speculative=_drafter(method, models), plugin=_dynamic(profile), env=ENV)
     # Qwen3 low-entropy: exact; the hybrid in bf16 under part 1's tie rule (each stop is reported)
     assert_matches_plain(plain, ours, allow_ties=target == "hybrid")
     stats = ours.dynamic
     _check_step_counters(stats, len(PROMPTS))
+    _check_score_kind(stats, method)
     assert stats["profile_source"] == f"file {profile}"
     lengths = {int(n): c for n, c in stats["lengths"].items()}
     assert stats["ragged_steps"] > 0  # requests of one step verify different numbers of drafts
@@ -93,8 +126,39 @@ def _check_lossless_ragged(engine_dir, tmp_path, models, plain, target: str) -> 
     # request's last step that it never verifies)
     assert 0 < ours.num_draft_tokens <= sum(n * c for n, c in lengths.items())
     assert ours.mean_verify_length < 1 + K
+    if (method, target) != ("dflash", "dense"):  # accepted drafts: the lossless check covers accepted tokens
+        assert ours.num_accepted > 0
+    # (DFlash's random drafter on this Qwen3 is confident where it is wrong: 0 of its chosen drafts accepted,
+    # 11 of 207 with every draft verified; the controller trusts max-softmax, and the output is still exact)
     if target == "hybrid":
         assert ours.gdn_slots_per_request == 1
+
+
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+def test_dynamic_with_preemption_on_the_hybrid_matches_plain(
+    engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid_long, method
+):
+    """Ragged budgets in a KV cache small enough to preempt (the part-1 scenario of test_vllm_engine.py):
+    requests leave and re-enter the batch (recompute) while the controller keeps planning, and the output stays
+    that of plain decoding (bf16 tie rule: 250-token runs meet near ties)."""
+    profile = _profile(tmp_path / "pair.json", PAIR_TARGET, DRAFT)
+    ours = run(
+        engine_dir,
+        hybrid_low_entropy,
+        speculative=_drafter(method, hybrid_low_entropy),
+        plugin=_dynamic(profile),
+        kv_cache_bytes=PREEMPTION_KV_CACHE_BYTES,
+        max_tokens=PREEMPTION_LENGTHS,
+        env=ENV,
+    )
+    assert ours.num_preemptions > 0 and plain_hybrid_long.num_preemptions == 0
+    assert_matches_plain(plain_hybrid_long, ours, allow_ties=True)
+    stats = ours.dynamic
+    _check_step_counters(stats, len(PROMPTS))
+    _check_score_kind(stats, method)
+    assert stats["ragged_steps"] > 0 and int(stats["lengths"].get("0", 0)) > 0
+    assert 0 < ours.num_accepted <= ours.num_draft_tokens < K * ours.num_drafts
+    assert ours.gdn_slots_per_request == 1
 
 
 def test_useless_drafter_settles_on_plain_decoding_with_measured_profiles(engine_dir, models_dir):
@@ -132,6 +196,30 @@ def test_perfect_drafter_verifies_full_blocks(engine_dir, tmp_path, models_dir):
     assert set(stats["lengths"]) == {str(K)}
     assert stats["plain_steps"] == 0
     assert ours.num_accepted == ours.num_draft_tokens > 0
+
+
+@pytest.mark.parametrize("head_logit", [CONSTANT_CONFIDENCE_LOGIT, -CONSTANT_CONFIDENCE_LOGIT])
+def test_dspark_budgets_follow_its_confidence_head(engine_dir, tmp_path, models_dir, head_logit):
+    """The perfect DSpark drafter (the constant target's token, every draft right, max-softmax ~1): with its
+    confidence head certain, every request of every step verifies all K drafts, all accepted; with the same
+    drafts but a head that rates each one sigmoid(-10), every step is a plain decode and no draft is verified.
+    The controller reads the head (head_confidence), not the draft logits."""
+    models = with_dspark_confidence(
+        make_tiny_models(models_dir, hybrid=False, constant=True), tmp_path, head_logit
+    )
+    profile = _profile(tmp_path / "flat.json", FLAT_TARGET, DRAFT)
+    ours = run(engine_dir, models, speculative=_drafter("dspark", models), plugin=_dynamic(profile), env=ENV)
+    assert ours.tokens == [[CONSTANT_TOKEN] * n for n in LENGTHS]  # plain decoding of this target, by design
+    stats = ours.dynamic
+    _check_step_counters(stats, len(PROMPTS))
+    _check_score_kind(stats, "dspark")
+    if head_logit > 0:
+        assert set(stats["lengths"]) == {str(K)} and stats["plain_steps"] == 0
+        assert ours.num_accepted == ours.num_draft_tokens > 0
+    else:
+        assert set(stats["totals"]) == {"0"} and stats["plain_steps"] == stats["steps"]
+        assert stats["skipped_steps"] > 0  # the no-draft option skips the drafter between probes
+        assert ours.num_draft_tokens == 0
 
 
 def test_plugin_without_the_dynamic_key_verifies_every_draft(engine_dir, dense_low_entropy, plain_dense):

@@ -162,6 +162,35 @@ def test_one_step_gives_ragged_lengths_with_one_host_copy() -> None:
     assert verifier.stats.ragged_steps == 1 and verifier.stats.totals == {total: 1}
 
 
+def test_dspark_head_scores_give_ragged_lengths_through_head_confidence() -> None:
+    """DraftScores("head", [B, K] confidence-head logits): sigmoid (float64 oracle) -> survival -> the controller's
+    total -> the split, the kind counted in the stats."""
+    torch.manual_seed(1)
+    b, k = 6, 3
+    head = torch.randn(b, k) + torch.linspace(-4.0, 6.0, b).unsqueeze(1)  # unsure .. sure requests
+    ctl = _controller(k, {1: 1.0, 8: 1.0, 16: 2.5, 24: 4.0}, {4: 0.2, 32: 0.3}, q=k)
+    graphs = build_engine_graphs(method="dspark", num_spec_tokens=k, max_num_seqs=8, capture_sizes=None)
+    verifier = DynamicVerifier(ctl, graphs)
+    lengths = verifier.lengths(DraftScores("head", head, b, k))
+    surv = torch.cumprod(torch.sigmoid(head.double()), dim=1).float()
+    total = _brute_force_total(surv, ctl)
+    order = torch.sort(surv.reshape(-1), descending=True, stable=True).indices[:total]
+    assert lengths == torch.bincount(order // k, minlength=b).tolist()
+    assert len(set(lengths)) > 1 and 0 in lengths
+    assert verifier.stats.score_kinds == {"head": 1} and verifier.reader.copies == 1
+    assert verifier.stats.as_dict()["score_kinds"] == {"head": 1}
+
+
+def test_dynamic_dspark_needs_a_confidence_head() -> None:
+    from ascend_spec.vllm.dspark_proposer import check_confidence_head
+
+    headless = SimpleNamespace(model=SimpleNamespace(confidence_head=None))
+    with pytest.raises(ValueError, match=_err("the speculative model '/ckpt' has none")):
+        check_confidence_head(headless, True, "/ckpt")
+    check_confidence_head(headless, False, "/ckpt")  # without dynamic verification the head is optional
+    check_confidence_head(SimpleNamespace(model=SimpleNamespace(confidence_head=object())), True, "/ckpt")
+
+
 def test_useless_and_perfect_confidences() -> None:
     b, k = 4, 3
     ctl = _controller(k, {1: 1.0, 32: 1.0}, {4: 0.5, 32: 0.5}, q=k + 1)
@@ -171,6 +200,7 @@ def test_useless_and_perfect_confidences() -> None:
     sure = torch.full((b, k), 30.0)  # a confidence head certain of every draft
     assert verifier.lengths(DraftScores("head", sure, b, k)) == [k] * b
     assert verifier.stats.plain_steps == 1 and verifier.stats.host_copies == 2
+    assert verifier.stats.score_kinds == {"logits": 1, "head": 1}
 
 
 def test_a_plain_plan_skips_the_drafter_until_the_next_probe() -> None:

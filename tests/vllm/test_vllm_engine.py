@@ -9,7 +9,17 @@ kernels legitimately round differently: there a prompt stops being compared (rep
 from __future__ import annotations
 
 import pytest
-from engine_helpers import LENGTHS, PROMPTS, K, assert_matches_plain, run, speculative
+from engine_helpers import (
+    LENGTHS,
+    ONE_OMP_THREAD,
+    PREEMPTION_KV_CACHE_BYTES,
+    PREEMPTION_LENGTHS,
+    PROMPTS,
+    K,
+    assert_matches_plain,
+    run,
+    speculative,
+)
 
 from ascend_spec.e2e.report import first_divergences
 from ascend_spec.gdn import conv_record_bytes_per_slot, record_bytes_per_slot
@@ -140,19 +150,19 @@ def test_dense_target_matches_plain(engine_dir, dense_low_entropy, plain_dense_l
     assert ours.num_accepted > 0
 
 
-def test_preemption_with_a_small_kv_cache(engine_dir, hybrid_low_entropy):
+def test_preemption_with_a_small_kv_cache(engine_dir, hybrid_low_entropy, plain_hybrid_long):
     """Requests grow past one attention block in a cache of 11 blocks: the scheduler preempts (recompute), the
     flush commits the leaving requests' pending records, and the output stays that of plain decoding."""
-    lengths = [250, 240, 235, 245, 238]
     spec = speculative("dflash", hybrid_low_entropy)
-    plain = run(engine_dir, hybrid_low_entropy, max_tokens=lengths, logprobs=True)
+    plain = plain_hybrid_long
     ours = run(
         engine_dir,
         hybrid_low_entropy,
         speculative=spec,
         plugin=PLUGIN,
-        kv_cache_bytes=6_000_000,
-        max_tokens=lengths,
+        kv_cache_bytes=PREEMPTION_KV_CACHE_BYTES,
+        max_tokens=PREEMPTION_LENGTHS,
+        env=ONE_OMP_THREAD,  # as the shared plain run: 250-token runs on a busy machine
     )
     assert ours.num_preemptions > 0
     assert plain.num_preemptions == 0
