@@ -73,6 +73,12 @@ def _verify(
     """Each tap of each token reads either a token of its row or the row's committed state."""
     device = x.device
     num_tokens, channels = x.shape
+    length = uniform_row_length(cu_seqlens, state_indices, num_tokens, pool.shape[0])
+    if length:
+        slot = state_indices.long()
+        committed = _committed_states(pool, slot, records, pending)  # [B, W-1, C] fp32
+        _verify_uniform(x, weight, bias, committed, pool, slot, records, silu, y, length)
+        return
     width = weight.shape[1]
     wm1 = width - 1
     cu = cu_seqlens.long().clamp(0, num_tokens)  # checks off: rows never reach outside the T tokens
@@ -81,10 +87,6 @@ def _verify(
     active = valid & (lens > 0)
     committed = _committed_states(pool, slot, records, pending)  # [B, W-1, C] fp32
     num_rows = slot.shape[0]
-    length = uniform_row_length(cu_seqlens, state_indices, num_tokens, pool.shape[0])
-    if length:
-        _verify_uniform(x, weight, bias, committed, pool, slot, records, silu, y, length)
-        return
 
     # Tap j of token t (local index l in row b) reads source row l + j - (W-1) of its row: a token of the row
     # when >= 0, else entry l + j of the row's committed state. Sources: this call's tokens, then every row's

@@ -9,6 +9,8 @@ few operator calls (docs/verify_gated_delta_rule.md, "CPU engine path").
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ascend_spec.gdn.protocol import KernelMode, owned_slots, uniform_row_length
@@ -107,6 +109,14 @@ def _commit_and_project(
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _strictly_lower(length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[L, L]`` bool mask of ``s < t`` and a 0-d fp32 zero, made once per length and device (each engine step
+    of every layer asks for the same ones). Read-only: callers never write them."""
+    t_idx = torch.arange(length, device=device)
+    return t_idx[:, None] > t_idx[None, :], torch.zeros((), dtype=torch.float32, device=device)
+
+
 def _chunk(
     qk_s: torch.Tensor,
     qh: torch.Tensor,
@@ -125,9 +135,7 @@ def _chunk(
     ``vh [A, HV, L, Dv]``, ``gh, bh [A, HV, L]``. A verify call keeps no state of its tokens (records only).
     """
     length = kh.shape[2]
-    t_idx = torch.arange(length, device=kh.device)
-    after = t_idx[:, None] > t_idx[None, :]  # [t, s]: s < t
-    zero = torch.zeros((), dtype=gh.dtype, device=gh.device)
+    after, zero = _strictly_lower(length, kh.device)  # [t, s]: s < t; a 0-d fp32 zero
     decay = torch.cumsum(torch.where(after, gh[..., :, None], zero), dim=-2)  # D[t, s] for s < t
     gamma = torch.exp(torch.cumsum(gh, dim=-1))[..., None]  # e^{Gamma_t}
     lower = torch.where(after, torch.exp(decay), zero)  # e^{D[t, s]}, s < t
