@@ -91,38 +91,47 @@ def _qwen3_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, torch
     return _write_target(Qwen3ForCausalLM(config).eval(), out, low_entropy, seed)
 
 
+# The hybrids' shapes (Qwen3.5 and Qwen3-Next): 2 GDN + 2 full-attention layers. Wide KV heads keep vLLM's hybrid
+# page alignment at ~144-token attention blocks (not ~1150), so a small KV cache fills within a few hundred
+# tokens and the scheduler preempts (tests/vllm); GDN head dims 128 (vLLM's CPU GDN kernels take no other).
+_HYBRID_SHAPES = dict(
+    vocab_size=VOCAB_SIZE,
+    hidden_size=HIDDEN_SIZE,
+    intermediate_size=256,
+    num_hidden_layers=4,
+    layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    head_dim=64,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_conv_kernel_dim=4,
+    max_position_embeddings=1024,
+    tie_word_embeddings=False,
+    dtype="bfloat16",
+)
+
+
+def _vary_gdn_gates(model: torch.nn.Module) -> None:
+    """transformers initialises A_log/dt_bias to constants; vary them per head."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            if hasattr(layer, "linear_attn"):
+                layer.linear_attn.A_log.uniform_(-2.0, 0.5)
+                layer.linear_attn.dt_bias.uniform_(-1.0, 1.0)
+
+
 def _qwen35_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, torch.Tensor]:
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     torch.manual_seed(seed)
     config = Qwen3_5TextConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=HIDDEN_SIZE,
-        intermediate_size=256,
-        num_hidden_layers=4,
-        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
-        # Wide KV heads keep vLLM's hybrid page alignment at ~144-token attention blocks (not ~1150), so a small
-        # KV cache fills within a few hundred tokens and the scheduler preempts (tests/vllm).
-        num_attention_heads=8,
-        num_key_value_heads=8,
-        head_dim=64,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        linear_conv_kernel_dim=4,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-        dtype="bfloat16",
-        mtp_num_hidden_layers=1,
-        architectures=["Qwen3_5ForCausalLM"],
+        **_HYBRID_SHAPES, mtp_num_hidden_layers=1, architectures=["Qwen3_5ForCausalLM"]
     )
     model = Qwen3_5ForCausalLM(config).eval()
-    with torch.no_grad():  # transformers initialises A_log/dt_bias to constants; vary them per head
-        for layer in model.model.layers:
-            if hasattr(layer, "linear_attn"):
-                layer.linear_attn.A_log.uniform_(-2.0, 0.5)
-                layer.linear_attn.dt_bias.uniform_(-1.0, 1.0)
+    _vary_gdn_gates(model)
     state = _write_target(model, out, low_entropy, seed)
     _add_mtp_head(out, state, seed)
     return state
@@ -135,37 +144,18 @@ def _qwen3_next_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, 
     from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 
     torch.manual_seed(seed)
-    layers = 4
+    layers = _HYBRID_SHAPES["num_hidden_layers"]
     config = Qwen3NextConfig(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=HIDDEN_SIZE,
-        intermediate_size=256,
-        num_hidden_layers=layers,
-        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        **_HYBRID_SHAPES,
         mlp_only_layers=list(range(layers - 1)),
         num_experts=4,
         num_experts_per_tok=2,
         moe_intermediate_size=64,
         shared_expert_intermediate_size=64,
-        num_attention_heads=8,
-        num_key_value_heads=8,  # wide KV heads: see _qwen35_target
-        head_dim=64,
-        linear_num_key_heads=2,
-        linear_num_value_heads=4,
-        linear_key_head_dim=128,
-        linear_value_head_dim=128,
-        linear_conv_kernel_dim=4,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-        dtype="bfloat16",
         architectures=["Qwen3NextForCausalLM"],
     )
     model = Qwen3NextForCausalLM(config).eval()
-    with torch.no_grad():
-        for layer in model.model.layers:
-            if hasattr(layer, "linear_attn"):
-                layer.linear_attn.A_log.uniform_(-2.0, 0.5)
-                layer.linear_attn.dt_bias.uniform_(-1.0, 1.0)
+    _vary_gdn_gates(model)
     return _write_target(model, out, low_entropy, seed)
 
 
