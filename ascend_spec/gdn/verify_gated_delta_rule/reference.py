@@ -78,6 +78,17 @@ def _rank_update(lhs: torch.Tensor, rhs: torch.Tensor, like: torch.Tensor) -> to
     return torch.matmul(rhs.transpose(-1, -2), lhs.transpose(-1, -2)).transpose(-1, -2)
 
 
+def _project(qk: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """``qk @ states`` for ``states [A, HV, Dk, Dv]``: one batched matmul when the ``(A, HV)`` batch is one stride,
+    else one per row (slots apart in a wider buffer: batching would copy every state first)."""
+    if states.shape[0] == 1 or states.stride(0) == states.shape[1] * states.stride(1):
+        return torch.matmul(qk, states)
+    out = torch.empty(*qk.shape[:-1], states.shape[-1], dtype=states.dtype, device=states.device)
+    for a in range(states.shape[0]):
+        torch.bmm(qk[a], states[a], out=out[a])
+    return out
+
+
 def _commit_and_project(
     pool: torch.Tensor,
     slot_list: list[int],
@@ -105,7 +116,7 @@ def _commit_and_project(
                 for a, n in enumerate(n_list):
                     if n > 0:
                         view[a].mul_(decay[a, :, None, None]).baddbmm_(lhs[a], rhs[a])
-        return torch.matmul(qk, view)
+        return _project(qk, view)
     out = torch.empty(*qk.shape[:-1], pool.shape[-1], dtype=pool.dtype, device=pool.device)
     for a, (slot, n) in enumerate(zip(slot_list, n_list)):
         state = pool[slot]
