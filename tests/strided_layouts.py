@@ -37,6 +37,15 @@ def draw_layout(draw: st.DrawFn, ndim: int, *, contiguous: bool = False, max_ste
     return Layout(perm, steps, front, back)
 
 
+def draw_state_pool_layout(draw: st.DrawFn, *, value_major: bool) -> Layout:
+    """A ``[S, HV, Dk, Dv]`` state pool's layout: slots dense, or (``value_major``: drawn half the time) stored
+    ``[HV, Dv, Dk]`` dense and viewed transposed, as vLLM's GPU engine keeps GDN states (``perm`` swaps Dk, Dv)."""
+    dense = draw_layout(draw, 4, contiguous=True)
+    if value_major and draw(st.booleans()):
+        return Layout((0, 1, 3, 2), dense.steps, dense.front, dense.back)
+    return dense
+
+
 def _canary(dtype: torch.dtype) -> float | int:
     if dtype.is_floating_point:
         return float("nan")

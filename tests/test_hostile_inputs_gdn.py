@@ -30,7 +30,7 @@ from ascend_spec.gdn.verify_causal_conv1d import (
     verify_causal_conv1d,
 )
 from tests.helpers import assert_close
-from tests.strided_layouts import Placed, check_all, draw_layout, place
+from tests.strided_layouts import Layout, Placed, check_all, draw_layout, draw_state_pool_layout, place
 
 SETTINGS = settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
@@ -126,7 +126,7 @@ def test_gated_delta_rule_any_layout_and_slot(backend, checks, data):
     idx_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
     cu_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
     num_slots, h = draw(st.integers(1, 4)), draw(st.sampled_from([1, 2]))
-    hv, dk, dv = 2, 8, 8
+    hv, dk, dv = 2, 8, 16  # Dk != Dv: a swapped k/v stride shows
     idx, lens, num_tokens = draw_rows(draw, num_slots, checks, idx_dtype)
     gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
     q = torch.randn(num_tokens, h, dk, generator=gen)
@@ -158,12 +158,15 @@ def test_gated_delta_rule_any_layout_and_slot(backend, checks, data):
         name: place(t, draw_layout(draw, t.dim()), name)
         for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta))
     }
-    pool_p = place(pool, draw_layout(draw, 4, contiguous=True), "state_pool")
+    # Slots dense [HV, Dk, Dv], or (not on AscendC) vLLM's GPU layout: dense [HV, Dv, Dk] viewed transposed.
+    pool_layout = draw_state_pool_layout(draw, value_major=backend != "ascendc")
+    pool_p = place(pool, pool_layout, "state_pool")
     got_pool = pool_p.view
     if draw(st.booleans()):  # slots apart in a wider pool: only the slot stride differs
-        wide = place(torch.cat((pool, torch.full_like(pool, float("nan"))), dim=1), None, "state_pool")
+        wide_layout = Layout(pool_layout.perm, (1,) * 4, 0, 1)
+        wide = place(torch.cat((pool, torch.full_like(pool, float("nan"))), dim=1), wide_layout, "state_pool")
         pool_p, got_pool = wide, wide.view[:, :hv]
-        assert got_pool.stride()[1:] == (dk * dv, dv, 1)
+    assert got_pool.stride()[1:] in ((dk * dv, dv, 1), (dk * dv, 1, dk))
     got_rec, rec_parts = placed_records(rec, draw)
     idx_p = index_view(draw, idx, idx_dtype, "state_indices")
     cu_p = index_view(draw, cu, cu_dtype, "cu_seqlens")

@@ -328,16 +328,18 @@ def _delta_rule_cases() -> list[tuple[str, Callable[[], object]]]:
 
     from ascend_spec.gdn import allocate_records, flush_pending, verify_gated_delta_rule
 
-    def verify(qkv_dt, g_dt, beta_dt, cu_dt, idx_dt, *, h, hv, dk, dv, cap, lens, l2norm, scale=None):
+    def verify(qkv_dt, g_dt, beta_dt, cu_dt, idx_dt, *, h, hv, dk, dv, cap, lens, l2norm, scale=None, value_major=False):  # fmt: skip
         def run() -> None:
             t = sum(lens)
             rec = allocate_records(4, cap, hv, dk, dv, num_k_heads=h)
+            # value_major: vLLM's GPU layout, [S, HV, Dv, Dk] passed transposed (the k stride is the 1).
+            pool = torch.zeros(4, hv, dv, dk).transpose(-1, -2) if value_major else torch.zeros(4, hv, dk, dv)
             verify_gated_delta_rule(
                 torch.zeros(t, h, dk, dtype=qkv_dt), torch.zeros(t, h, dk, dtype=qkv_dt),
                 torch.zeros(t, hv, dv, dtype=qkv_dt), torch.zeros(t, hv, dtype=g_dt),
                 torch.zeros(t, hv, dtype=beta_dt),
                 cu_seqlens=torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=cu_dt),
-                state_pool=torch.zeros(4, hv, dk, dv), state_indices=torch.tensor([1, -1, 3][: len(lens)], dtype=idx_dt),
+                state_pool=pool, state_indices=torch.tensor([1, -1, 3][: len(lens)], dtype=idx_dt),
                 records=rec, pending=torch.zeros(len(lens), dtype=torch.int32), scale=scale,
                 use_qk_l2norm=l2norm, backend="triton",
             )  # fmt: skip
@@ -354,6 +356,7 @@ def _delta_rule_cases() -> list[tuple[str, Callable[[], object]]]:
         return run
 
     f32, bf16, f16, i32, i64 = torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64
+    gqa_128 = dict(h=2, hv=4, dk=128, dv=128, cap=8, lens=[3, 0, 5], l2norm=True)
     return [
         (
             "delta_rule verify bf16 qkv, fp32 g, bf16 beta, int32 indices, GQA H=2 HV=4 Dk=Dv=128, l2norm",
@@ -368,6 +371,10 @@ def _delta_rule_cases() -> list[tuple[str, Callable[[], object]]]:
         (
             "delta_rule verify fp32 qkv, bf16 g, fp16 beta, int64 cu, int32 indices, one token/step",
             verify(f32, bf16, f16, i64, i32, h=1, hv=2, dk=32, dv=64, cap=1, lens=[1, 1, 1], l2norm=True),
+        ),
+        (
+            "delta_rule verify bf16 qkv, value-major pool (vLLM's GPU layout), GQA H=2 HV=4 Dk=Dv=128",
+            verify(bf16, f32, bf16, i32, i64, **gqa_128, value_major=True),
         ),
         ("delta_rule flush int64 indices", flush(i64)),
         ("delta_rule flush int32 indices", flush(i32)),

@@ -75,13 +75,17 @@ def f64_oracle(q, k, v, g, beta, state, scale, l2norm):
 class Session:
     """Drives the op and an oracle side by side over several verify steps."""
 
-    def __init__(self, rng, *, backend, oracle, dtype, S, H, HV, DK, DV, L, l2norm, scale):
+    def __init__(self, rng, *, backend, oracle, dtype, S, H, HV, DK, DV, L, l2norm, scale, value_major=False):
         self.rng, self.backend, self.oracle, self.dtype = rng, backend, oracle, dtype
         self.S, self.H, self.HV, self.DK, self.DV, self.L = S, H, HV, DK, DV, L
         self.l2norm, self.scale = l2norm, scale
         self.gen = torch.Generator().manual_seed(rng.randrange(1 << 30))
-        # A prefill's final state enters the pool with pending = 0.
+        # A prefill's final state enters the pool with pending = 0. value_major: the pool is the [S, HV, Dk, Dv]
+        # view of a dense [S, HV, Dv, Dk] buffer (vLLM's GPU layout), which the op updates in place.
         self.pool = torch.randn(S, HV, DK, DV, generator=self.gen) * 0.5
+        if value_major:
+            self.pool = self.pool.transpose(-1, -2).contiguous().transpose(-1, -2)
+            assert self.pool.stride()[1:] == (DK * DV, 1, DK)
         self.committed = [self.pool[s].clone().double() for s in range(S)]
         self.records = allocate_records(S, L, HV, DK, DV, num_k_heads=H)
         self.pending = [0] * S
@@ -204,6 +208,40 @@ def test_session_matches_fla(backend, dtype, l2norm, scale):
     sess.flush(list(range(sess.S)))
 
 
+# Backends that take the value-major pool (vLLM's GPU layout); AscendC refuses it (test_verify_gated_delta_rule_errors).
+VALUE_MAJOR_BACKENDS = ("reference", "triton")
+
+
+@pytest.mark.parametrize("backend", VALUE_MAJOR_BACKENDS)
+def test_value_major_pool_session_matches_transformers(backend):
+    """The pool as ``vllm_state.transpose(-1, -2)`` of a dense [S, HV, Dv, Dk] buffer: same sessions, updated in
+    place (Dk != Dv and GQA, so a swapped k/v or head stride shows; two value tiles in Triton)."""
+    rng = random.Random(31)
+    sess = Session(rng, backend=backend, oracle=hf_oracle, dtype=torch.float32, L=20, l2norm=False, scale=None,
+                   value_major=True, **SHAPES["gqa"])  # fmt: skip
+    buffer = sess.pool.transpose(-1, -2)  # what vLLM holds: [S, HV, Dv, Dk], dense
+    assert buffer.is_contiguous()
+    sess.step({0: 1, 1: 0, 2: 17, 3: 20, 4: 5}, n_pad=2)
+    sess.random_step(max_rows=4)
+    sess.flush(rng.sample(range(sess.S), 2))
+    sess.random_step(max_rows=4)
+    sess.flush(list(range(sess.S)))
+    for s_ in range(sess.S):  # the committed history is in vLLM's buffer, value-major
+        torch.testing.assert_close(
+            buffer[s_].double(), sess.committed[s_].transpose(-1, -2), rtol=1e-4, atol=1e-4
+        )
+
+
+@pytest.mark.parametrize("backend", VALUE_MAJOR_BACKENDS)
+def test_value_major_pool_session_matches_fla(backend):
+    rng = random.Random(32)
+    sess = Session(rng, backend=backend, oracle=fla_oracle, dtype=torch.bfloat16, L=18, l2norm=True, scale=None,
+                   value_major=True, S=4, H=1, HV=2, DK=16, DV=24)  # fmt: skip
+    sess.step({3: 17, 0: 1, 1: 0, 2: 3}, n_pad=1)
+    sess.step({2: 2, 3: 4, 1: 1}, n_pad=1)
+    sess.flush(list(range(sess.S)))
+
+
 def test_multi_layer_flush_without_reset(backend):
     """Two layers share one pending tensor: flush both with reset_pending=False, the caller zeroes it."""
     rng = random.Random(7)
@@ -250,12 +288,14 @@ def test_second_flush_cannot_double_commit(backend):
         min_size=1,
         max_size=4,
     ),
+    value_major=st.booleans(),
 )
-def test_reference_random_sessions_f64(seed, plan):
-    """Any row order, lengths 0..9, padding and flush pattern: the reference equals the float64 recurrence."""
+def test_reference_random_sessions_f64(seed, plan, value_major):
+    """Any row order, lengths 0..9, padding and flush pattern, either pool layout: the reference equals the float64
+    recurrence."""
     rng = random.Random(seed)
     sess = Session(rng, backend="reference", oracle=f64_oracle, dtype=torch.float32, S=6, H=1, HV=2, DK=8,
-                   DV=8, L=9, l2norm=bool(seed & 1), scale=None)  # fmt: skip
+                   DV=12, L=9, l2norm=bool(seed & 1), scale=None, value_major=value_major)  # fmt: skip
     for lengths, n_pad, do_flush in plan:
         slots = rng.sample(range(sess.S), len(lengths))
         sess.step(dict(zip(slots, lengths)), n_pad=n_pad)
@@ -389,6 +429,49 @@ def test_strided_pool_view(backend):
     torch.testing.assert_close(pool, dense)
     assert torch.equal(big[:, 0], other_half)  # the other half of the buffer is never touched
     assert not torch.equal(pool[2], initial[2]) and torch.equal(pool[1], initial[1])  # only live slots change
+
+
+@pytest.mark.parametrize("backend", VALUE_MAJOR_BACKENDS)
+def test_value_major_pool_in_a_wider_buffer(backend):
+    """vLLM's GPU layout with slots apart in a bigger buffer: the same outputs, states and records as a dense
+    [S, HV, Dk, Dv] pool, written in place; the rest of the buffer and idle slots are never touched."""
+    torch.manual_seed(5)
+    s, h, hv, dk, dv, cap = 4, 1, 2, 16, 24, 5
+    big = torch.randn(s, 2, hv, dv, dk)  # [S, 2, HV, Dv, Dk]: this layer's states are big[:, 1]
+    pool = big[:, 1].transpose(-1, -2)
+    assert pool.stride()[1:] == (dk * dv, 1, dk) and pool.stride(0) == 2 * hv * dk * dv
+    dense = pool.contiguous()
+    initial, other_half = pool.clone(), big[:, 0].clone()
+    idx = torch.tensor([3, -1, 0], dtype=torch.int32)
+    cu = torch.tensor([0, 4, 5, 7], dtype=torch.int32)
+    t = 7
+    q, k, v = torch.randn(t, h, dk), torch.randn(t, h, dk), torch.randn(t, hv, dv)
+    g, beta = -torch.rand(t, hv), torch.rand(t, hv)
+    outs, recs = [], []
+    for p in (pool, dense):
+        rec = allocate_records(s, cap, hv, dk, dv, num_k_heads=h)
+        kw = dict(cu_seqlens=cu, state_indices=idx, records=rec, use_qk_l2norm=True, backend=backend)
+        outs.append(
+            verify_gated_delta_rule(
+                q, k, v, g, beta, state_pool=p, pending=torch.zeros(3, dtype=torch.int32), **kw
+            )
+        )
+        # A second step replays 3 and 1 pending tokens (the commit writes the slot in place), then a flush.
+        outs.append(
+            verify_gated_delta_rule(
+                q, k, v, g, beta, state_pool=p, pending=torch.tensor([3, 0, 1], dtype=torch.int32), **kw
+            )
+        )
+        flush_pending(p, idx, rec, torch.tensor([2, 0, 2], dtype=torch.int32), backend=backend)
+        recs.append(rec)
+    for a, b in zip(outs[:2], outs[2:]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(pool, dense, rtol=1e-5, atol=1e-5)
+    for a, b in zip(recs[0].tensors(), recs[1].tensors()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert torch.equal(big[:, 0], other_half)
+    assert torch.equal(pool[1], initial[1]) and torch.equal(pool[2], initial[2])
+    assert not torch.equal(pool[3], initial[3]) and not torch.equal(pool[0], initial[0])
 
 
 def test_flush_pending_forwards_conv_records():

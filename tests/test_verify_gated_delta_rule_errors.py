@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
+from ascend_spec.backend import BackendUnavailableError
 from ascend_spec.gdn import allocate_records, flush_pending, verify_gated_delta_rule
 
 T, H, HV, DK, DV, S, L = 5, 1, 2, 8, 4, 3, 4
@@ -56,7 +59,6 @@ def test_valid_call_runs():
             dict(state_pool=torch.zeros(S, HV, DK, DV + 1)),
             r"state_pool must have shape \[S, HV=2, Dk=8, Dv=4\]",
         ),
-        (dict(state_pool=torch.zeros(S, HV, DV, DK).transpose(2, 3)), "state_pool must be contiguous within"),
         (dict(records=allocate_records(S + 1, L, HV, DK, DV, num_k_heads=1)), "do not match state_pool"),
         (
             dict(records=allocate_records(S, L, HV, DK, DV)),
@@ -106,6 +108,61 @@ def test_valid_call_runs():
 def test_bad_verify_inputs(over, match):
     with pytest.raises(ValueError, match=match):
         call(**over)
+
+
+# Slot layouts other than [HV, Dk, Dv] dense and the transposed view of [HV, Dv, Dk] dense (vLLM's GPU layout).
+BAD_POOL_LAYOUTS = {
+    "heads inside k": lambda: torch.zeros(S, DK, HV, DV).transpose(1, 2),
+    "every other v": lambda: torch.zeros(S, HV, DK, 2 * DV)[..., ::2],
+    "padded k rows": lambda: torch.zeros(S, HV, DK, DV + 1)[..., :DV],
+    "padded heads": lambda: torch.zeros(S, HV, DK + 1, DV)[:, :, :DK],
+    "value-major, padded v rows": lambda: torch.zeros(S, HV, DV, DK + 1)[..., :DK].transpose(2, 3),
+    "value-major, padded heads": lambda: torch.zeros(S, HV, DV + 1, DK)[:, :, :DV].transpose(2, 3),
+    "k-major over heads": lambda: torch.zeros(S, DV, DK, HV).permute(0, 3, 2, 1),
+}
+
+
+@pytest.mark.parametrize("layout", BAD_POOL_LAYOUTS)
+@pytest.mark.parametrize("op", ["verify", "flush"])
+def test_bad_pool_layouts(layout, op):
+    pool = BAD_POOL_LAYOUTS[layout]()
+    assert pool.shape == (S, HV, DK, DV)
+    match = (
+        rf"state_pool slots must be \[HV, Dk, Dv\] contiguous .* got strides {re.escape(str(pool.stride()))}"
+    )
+    with pytest.raises(ValueError, match=match):
+        if op == "verify":
+            call(state_pool=pool)
+        else:
+            flush_pending(pool, torch.tensor([0], dtype=torch.int32), allocate_records(S, L, HV, DK, DV),
+                          torch.zeros(1, dtype=torch.int32))  # fmt: skip
+
+
+def test_value_major_pool_accepted_by_the_checks():
+    """The transposed view of a dense [S, HV, Dv, Dk] buffer (vLLM's GPU layout) passes; the backends' sessions
+    test its values (test_verify_gated_delta_rule.py)."""
+    o = call(state_pool=torch.zeros(S, HV, DV, DK).transpose(2, 3))
+    assert o.shape == (T, HV, DV)
+
+
+@pytest.mark.parametrize("op", ["verify", "flush"])
+def test_ascendc_refuses_value_major_pool(op):
+    """The AscendC kernel reads [HV, Dk, Dv] slots only: a clear error naming the layout, nothing written."""
+    torch.manual_seed(0)
+    pool = torch.randn(S, HV, DV, DK).transpose(2, 3)
+    rec = allocate_records(S, L, HV, DK, DV, num_k_heads=H)
+    call(state_pool=pool, records=rec, backend="reference")  # slots 0 and 2 record 2 and 3 tokens
+    before = [t.clone() for t in (pool, *rec.tensors())]
+    pending = torch.tensor([2, 1], dtype=torch.int32)
+    match = r"backend 'ascendc' takes state_pool slots \[HV, Dk, Dv\] contiguous only; got the transposed \[HV, Dv, Dk\]"
+    with pytest.raises(BackendUnavailableError, match=match):
+        if op == "verify":
+            call(state_pool=pool, records=rec, pending=pending, backend="ascendc")
+        else:
+            flush_pending(pool, torch.tensor([0, 2], dtype=torch.int32), rec, pending, backend="ascendc")
+    for b, t in zip(before, (pool, *rec.tensors())):
+        assert torch.equal(b, t)
+    assert pending.tolist() == [2, 1]
 
 
 def test_bad_input_writes_nothing():

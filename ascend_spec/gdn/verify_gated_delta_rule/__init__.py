@@ -44,7 +44,7 @@ from ascend_spec.gdn.protocol import (
 )
 from ascend_spec.gdn.records import GDNRecords
 
-__all__ = ["GatedDeltaRuleArgs", "verify_gated_delta_rule", "flush_pending"]
+__all__ = ["GatedDeltaRuleArgs", "verify_gated_delta_rule", "flush_pending", "is_value_major"]
 OP = "verify_gated_delta_rule"
 
 
@@ -54,7 +54,7 @@ class GatedDeltaRuleArgs:
     mirror: ``VerifyGatedDeltaRuleArgs`` in csrc/kernels/verify_gated_delta_rule_tiling.h)."""
 
     mode: KernelMode  # VERIFY or FLUSH
-    state_pool: torch.Tensor  # [S, HV, Dk, Dv] fp32, contiguous within a slot
+    state_pool: torch.Tensor  # [S, HV, Dk, Dv] fp32; slots [HV, Dk, Dv] or [HV, Dv, Dk] dense
     state_indices: torch.Tensor  # [B] int32/int64, -1 = padding row
     records: GDNRecords
     pending: torch.Tensor  # [B] int32
@@ -71,13 +71,23 @@ class GatedDeltaRuleArgs:
 # --------------------------------------------------------------------------------------------------- checks
 
 
+def is_value_major(pool: torch.Tensor) -> bool:
+    """True when the ``[S, HV, Dk, Dv]`` pool views slots stored ``[HV, Dv, Dk]`` (``vllm_state.transpose(-1, -2)``,
+    within-slot strides ``(Dk Dv, 1, Dk)``): vLLM's GPU engine keeps the GDN state value-major (fla's kernels read
+    it transposed), and the reference and Triton backends take that buffer in place."""
+    _, _, dk, dv = pool.shape
+    strides = pool.stride()[1:]
+    return strides != (dk * dv, dv, 1) and strides == (dk * dv, 1, dk)
+
+
 def _check_pool(state_pool: object, device: torch.device | None = None) -> torch.Tensor:
     pool = check_tensor("state_pool", state_pool, ndim=4, dtypes=(torch.float32,), device=device)
     _, hv, dk, dv = pool.shape
-    if pool.stride()[1:] != (dk * dv, dv, 1):
+    if pool.stride()[1:] not in ((dk * dv, dv, 1), (dk * dv, 1, dk)):
         raise ValueError(
-            f"state_pool must be contiguous within a slot ([HV, Dk, Dv] strides {(dk * dv, dv, 1)}); "
-            f"got strides {pool.stride()}"
+            f"state_pool slots must be [HV, Dk, Dv] contiguous (within-slot strides {(dk * dv, dv, 1)}) or the "
+            f"transpose of [HV, Dv, Dk] contiguous slots, vLLM's GPU layout (strides {(dk * dv, 1, dk)}); got "
+            f"strides {pool.stride()}"
         )
     return pool
 
@@ -153,7 +163,9 @@ def verify_gated_delta_rule(
 
     ``q, k [T, H, Dk]``, ``v [T, HV, Dv]`` (same float dtype; ``HV`` a multiple of ``H``, value head ``hv`` reads
     k-head ``hv // (HV / H)``), ``g, beta [T, HV]`` (any float dtype; ``g`` is the log decay),
-    ``cu_seqlens [B+1]``, ``state_pool [S, HV, Dk, Dv]`` fp32, ``state_indices [B]`` (-1 = padding row),
+    ``cu_seqlens [B+1]``, ``state_pool [S, HV, Dk, Dv]`` fp32 (each slot dense as ``[HV, Dk, Dv]`` or, on the
+    reference and triton backends, the transposed view of a dense ``[HV, Dv, Dk]``: :func:`is_value_major`;
+    any slot stride), ``state_indices [B]`` (-1 = padding row),
     ``pending [B]`` int32. ``scale`` defaults to ``Dk ** -0.5``; ``use_qk_l2norm`` normalises q and k per head
     in fp32 (eps 1e-6 under the square root, as fla and transformers do). Returns ``o [T, HV, Dv]`` in v's dtype,
     written into ``out`` (contiguous, v's shape and dtype) when given.

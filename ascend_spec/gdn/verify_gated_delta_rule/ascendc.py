@@ -20,8 +20,9 @@ import torch
 from ascend_spec.ascendc import host_model, npu_op
 from ascend_spec.ascendc.cost_model import Minimum, instructions_of, repeats_of
 from ascend_spec.ascendc.host_model import DTYPE_CODES
+from ascend_spec.backend import BackendUnavailableError
 from ascend_spec.gdn.protocol import KernelMode, padded_slots_int32
-from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
+from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs, is_value_major
 
 KERNEL = "verify_gated_delta_rule"
 _POINTERS = (
@@ -64,6 +65,14 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
     """A verify call (outputs into ``out``) or the flush (``KernelMode.FLUSH``); pending is zeroed by the op."""
     verify = args.mode == KernelMode.VERIFY
     records, pool = args.records, args.state_pool
+    if is_value_major(
+        pool
+    ):  # the kernel copies in Dv-contiguous [Dk, tileV] rows (slot stride only) and transposes
+        raise BackendUnavailableError(
+            f"{'verify_gated_delta_rule' if verify else 'flush_pending'}: backend 'ascendc' takes state_pool slots "
+            f"[HV, Dk, Dv] contiguous only; got the transposed [HV, Dv, Dk] layout (vLLM's GPU layout, strides "
+            f"{pool.stride()}); use backend 'triton' or 'reference', or a [HV, Dk, Dv] pool (vllm-ascend's layout)"
+        )
     rec = (records.k, records.g, records.u, records.bank, records.num_recorded)
     idx32, pend32 = padded_slots_int32(args.state_indices, pool.shape[0]), _i32(args.pending)
     if verify:

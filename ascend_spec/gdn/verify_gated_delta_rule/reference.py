@@ -72,6 +72,25 @@ def _per_head(x: torch.Tensor, num_v_heads: int) -> torch.Tensor:
     return x.transpose(1, 2)
 
 
+def _rank_update(lhs: torch.Tensor, rhs: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``lhs @ rhs`` (``[.., Dk, Dv]``) laid out as the states ``like``: for a value-major pool (slots stored
+    ``[HV, Dv, Dk]``) it is computed as ``(rhs^T @ lhs^T)^T``, so adding it into the pool runs along memory."""
+    if like.stride(-1) == 1:
+        return torch.matmul(lhs, rhs)
+    return torch.matmul(rhs.transpose(-1, -2), lhs.transpose(-1, -2)).transpose(-1, -2)
+
+
+def _project(qk: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    """``qk @ states`` for ``states [A, HV, Dk, Dv]``: one batched matmul when the ``(A, HV)`` batch is one stride,
+    else one per row (slots apart in a wider buffer: batching would copy every state first)."""
+    if states.shape[0] == 1 or states.stride(0) == states.shape[1] * states.stride(1):
+        return torch.matmul(qk, states)
+    out = torch.empty(*qk.shape[:-1], states.shape[-1], dtype=states.dtype, device=states.device)
+    for a in range(states.shape[0]):
+        torch.bmm(qk[a], states[a], out=out[a])
+    return out
+
+
 def _commit_and_project(
     pool: torch.Tensor,
     slot_list: list[int],
@@ -83,7 +102,8 @@ def _commit_and_project(
 
     ``qk [A, HV, 2L, Dk]``; returns ``[A, HV, 2L, Dv]``. The pool is updated where it lies: rows on consecutive
     slots as one view, others slot by slot, so the state is read once, written once where something is pending
-    and never copied (a gather + scatter would move every state twice more).
+    and never copied (a gather + scatter would move every state twice more). Either slot layout (``[HV, Dk, Dv]``
+    or value-major) is used through its strides; the rank-n update is formed in the pool's layout.
     """
     num_rows = len(slot_list)
     first = slot_list[0]
@@ -93,12 +113,12 @@ def _commit_and_project(
             decay, lhs, rhs = factors
             if all(n > 0 for n in n_list):
                 view.mul_(decay[..., None, None])
-                view.add_(torch.matmul(lhs, rhs))
+                view.add_(_rank_update(lhs, rhs, view))
             else:
                 for a, n in enumerate(n_list):
                     if n > 0:
                         view[a].mul_(decay[a, :, None, None]).baddbmm_(lhs[a], rhs[a])
-        return torch.matmul(qk, view)
+        return _project(qk, view)
     out = torch.empty(*qk.shape[:-1], pool.shape[-1], dtype=pool.dtype, device=pool.device)
     for a, (slot, n) in enumerate(zip(slot_list, n_list)):
         state = pool[slot]

@@ -64,7 +64,7 @@ def _replay_tile(
 def _verify_kernel(
     q, k, v, g, beta, o,
     cu_seqlens, state_indices, pending,
-    pool, pool_stride,
+    pool, sp_slot, sp_h, sp_k, sp_v,
     rec_k, rec_g, rec_u, rec_bank, rec_nrec,
     scale, S, T,
     sq_t, sq_h, sq_d, sk_t, sk_h, sk_d, sv_t, sv_h, sv_d, sg_t, sg_h, sb_t, sb_h, s_cu, s_idx, s_pend,
@@ -94,7 +94,9 @@ def _verify_kernel(
     o_v = i_v * BV + tl.arange(0, BV)
     mask_k = o_k < DK
     mask_v = o_v < DV
-    p_s = pool + slot * pool_stride + i_hv * DK * DV + o_k[:, None] * DV + o_v[None, :]
+    # Within-slot strides (head, k, v): [HV, Dk, Dv] dense or its value-major transpose (Triton specialises the
+    # stride 1, so either layout keeps contiguous loads along its inner axis).
+    p_s = pool + slot * sp_slot + i_hv * sp_h + o_k[:, None] * sp_k + o_v[None, :] * sp_v
     # Row conditions enter block masks through the index limits (a block & scalar-bool mask is not portable).
     b_s = tl.load(p_s, mask=(o_k < tl.where(active, DK, 0))[:, None] & mask_v[None, :], other=0.0)
     b_s = _replay_tile(b_s, rec_k, rec_g, rec_u, slot, bank, n_rep, i_h, i_hv, o_k, o_v, mask_k, mask_v,
@@ -171,8 +173,9 @@ def _block_v(dv: int) -> int:
 def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) -> None:
     """A verify call (outputs into ``out``) or the flush (``KernelMode.FLUSH``): one kernel pair either way.
 
-    Every input is read through its strides (no copies); ``out`` is contiguous (checked by the op) and rows no
-    request covers are zeroed by a third small launch."""
+    Every input, the state pool included (either slot layout the op accepts), is read through its strides (no
+    copies); ``out`` is contiguous (checked by the op) and rows no request covers are zeroed by a third small
+    launch."""
     pool, state_indices, records, pending = args.state_pool, args.state_indices, args.records, args.pending
     num_rows = state_indices.shape[0]
     num_slots, hv, dk, dv = pool.shape
@@ -199,7 +202,7 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
     _verify_kernel[(num_rows * hv, triton.cdiv(dv, bv))](
         q, k, v, g, beta, o,
         cu, state_indices, pending,
-        pool, pool.stride(0),
+        pool, *pool.stride(),
         records.k, records.g, records.u, records.bank, records.num_recorded,
         args.scale, num_slots, num_tokens, *strides, state_indices.stride(0), pending.stride(0),
         H=records.num_k_heads, HV=hv, DK=dk, DV=dv, L=cap,
