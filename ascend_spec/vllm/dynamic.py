@@ -60,12 +60,14 @@ class ConfidenceSource(Protocol):
         """This step's scores (consumed: a second call returns None until the drafter runs again)."""
 
 
-def confidence(scores: DraftScores, backend: str = "auto") -> torch.Tensor:
-    """``[B, K]`` fp32 confidences in [0, 1] from a drafter's scores."""
+def confidence(scores: DraftScores, backend: str = "auto", out: torch.Tensor | None = None) -> torch.Tensor:
+    """``[B, K]`` fp32 confidences in [0, 1] from a drafter's scores (into ``out [B, K]`` when given)."""
     b, k = scores.num_reqs, scores.num_drafts
     if scores.kind == "head":
-        return head_confidence(scores.values).reshape(b, k)
-    return max_softmax_confidence(scores.values, backend=backend).reshape(b, k)
+        values = scores.values.reshape(b, k)
+        return head_confidence(values) if out is None else head_confidence(values, out=out)
+    flat = None if out is None else out.view(-1)
+    return max_softmax_confidence(scores.values, backend=backend, out=flat).view(b, k)
 
 
 class HostReader:
@@ -79,9 +81,10 @@ class HostReader:
         self.copies = 0
 
     def read(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` in host memory; on a CPU engine they already are (the read is counted, nothing is copied)."""
         self.copies += 1
         if values.device.type == "cpu":
-            return values.detach().clone()
+            return values.detach()
         if (
             self._buffer is None
             or self._buffer.numel() < values.numel()
@@ -149,6 +152,9 @@ class DynamicVerifier:
         self.stats = DynamicStats()
         self._skips_left = 0
         self._plain_probes = 0  # consecutive probes that planned plain decoding
+        # Per (B, K, device): the step's confidence and survival buffers, reused (no allocation per step).
+        self._buffers: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._graph_keys: dict[tuple[int, int], tuple] = {}
 
     def skip_drafter(self) -> bool:
         """Whether this step's drafter run is skipped (a plain decode follows); counts the skip."""
@@ -161,8 +167,9 @@ class DynamicVerifier:
     def lengths(self, scores: DraftScores) -> list[int]:
         start = time.perf_counter()
         copies_before = self.reader.copies
-        conf = confidence(scores, self.backend)
-        host = self.reader.read(survival_probs(conf))
+        conf, surv = self._step_buffers(scores)
+        confidence(scores, self.backend, out=conf)
+        host = self.reader.read(survival_probs(conf, out=surv))
         plan = self.controller.plan(host)  # T, split with allocate_verify_budget on the host copy
         lengths = plan.num_drafts.tolist()  # a host tensor: no device read
         elapsed = time.perf_counter() - start
@@ -174,6 +181,17 @@ class DynamicVerifier:
         else:
             self._plain_probes = 0
         return lengths
+
+    def _step_buffers(self, scores: DraftScores) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (scores.num_reqs, scores.num_drafts, scores.values.device)
+        if key not in self._buffers:
+            shape = (scores.num_reqs, scores.num_drafts)
+            device = scores.values.device
+            self._buffers[key] = (
+                torch.empty(shape, dtype=torch.float32, device=device),
+                torch.empty(shape, dtype=torch.float32, device=device),
+            )
+        return self._buffers[key]
 
     def _record(self, lengths: list[int], total: int, elapsed: float, copies: int) -> None:
         s = self.stats
@@ -189,9 +207,16 @@ class DynamicVerifier:
         s.ragged_steps += len(set(lengths)) > 1
         s.last_lengths = lengths
         if self.graphs is not None:
-            draft, target = self.graphs.step(b, b + total)
-            s.draft_graphs[draft.key or ("draft", "eager", draft.num_tokens)] += 1
-            s.target_graphs[target.key or ("target", "eager", target.num_tokens)] += 1
+            keys = self._graph_keys.get((b, total))
+            if keys is None:  # the descriptors depend on (B, T) only
+                draft, target = self.graphs.step(b, b + total)
+                keys = (
+                    draft.key or ("draft", "eager", draft.num_tokens),
+                    target.key or ("target", "eager", target.num_tokens),
+                )
+                self._graph_keys[(b, total)] = keys
+            s.draft_graphs[keys[0]] += 1
+            s.target_graphs[keys[1]] += 1
 
 
 def trim_draft_token_ids(draft, lengths: list[int] | None):  # noqa: ANN001, ANN201
@@ -203,5 +228,8 @@ def trim_draft_token_ids(draft, lengths: list[int] | None):  # noqa: ANN001, ANN
             f"ascend-spec dynamic verification chose lengths for {len(lengths)} requests but the drafter's lists "
             f"are for {len(draft.req_ids)}"
         )
-    ids = [list(row[:n]) for row, n in zip(draft.draft_token_ids, lengths)]
+    rows = draft.draft_token_ids
+    if all(len(row) <= n for row, n in zip(rows, lengths)):  # full blocks: nothing to cut
+        return draft
+    ids = [list(row[:n]) for row, n in zip(rows, lengths)]
     return type(draft)(draft.req_ids, ids)

@@ -455,7 +455,9 @@ def _flush_leaving_requests(runner, scheduler_output) -> None:  # noqa: ANN001
     """Flush every GDN layer's pending records for requests that are about to leave the persistent batch."""
     import torch
 
-    layers = gdn_layers(runner)
+    layers = runner.__dict__.get("_ascend_spec_gdn_layers")
+    if layers is None:  # the layers are fixed once the model is built: scanned once, not every step
+        layers = runner._ascend_spec_gdn_layers = gdn_layers(runner)
     if not layers:
         return
     batch = runner.input_batch
