@@ -28,9 +28,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from ascend_spec.graph import BudgetController
+from ascend_spec.graph.calibration import SurvivalCalibration
 from ascend_spec.ops import head_confidence, max_softmax_confidence, survival_probs
 
 SCORE_KINDS = ("logits", "head")
@@ -115,6 +117,7 @@ class DynamicStats:
     ragged_steps: int = 0  # steps whose requests verify different numbers of drafts
     skipped_steps: int = 0  # plain decodes without a drafter run (the no-draft option)
     last_lengths: list[int] = field(default_factory=list)
+    calibration: list[float] | None = None  # the survival calibration's factor per draft position, at the end
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +134,7 @@ class DynamicStats:
             "target_graphs": {str(k): v for k, v in self.target_graphs.items()},
             "ragged_steps": self.ragged_steps,
             "skipped_steps": self.skipped_steps,
+            "calibration": self.calibration,
         }
 
 
@@ -143,6 +147,7 @@ class DynamicVerifier:
         graphs,  # noqa: ANN001
         backend: str = "auto",
         probe_interval: int = 1,
+        calibrate: bool = False,
     ) -> None:
         self.controller = controller
         self.graphs = graphs
@@ -155,6 +160,11 @@ class DynamicVerifier:
         # Per (B, K, device): the step's confidence and survival buffers, reused (no allocation per step).
         self._buffers: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         self._graph_keys: dict[tuple[int, int], tuple] = {}
+        self.calibration = SurvivalCalibration(controller.max_drafts) if calibrate else None
+        # Raw survivals per request id: of the plan for the next step, and of the step being verified.
+        self._next_predictions: dict[str, np.ndarray] = {}
+        self._step_predictions: dict[str, np.ndarray] = {}
+        self._step_verified: dict[str, int] = {}
 
     def skip_drafter(self) -> bool:
         """Whether this step's drafter run is skipped (a plain decode follows); counts the skip."""
@@ -164,12 +174,18 @@ class DynamicVerifier:
         self.stats.skipped_steps += 1
         return True
 
-    def lengths(self, scores: DraftScores) -> list[int]:
+    def lengths(self, scores: DraftScores, req_ids: list[str] | None = None) -> list[int]:
+        """This step's draft length per request; ``req_ids`` (the rows' request ids) feed the calibration."""
         start = time.perf_counter()
         copies_before = self.reader.copies
         conf, surv = self._step_buffers(scores)
         confidence(scores, self.backend, out=conf)
         host = self.reader.read(survival_probs(conf, out=surv))
+        if self.calibration is not None:
+            raw = host.numpy()
+            if req_ids is not None:
+                self._next_predictions = {rid: raw[i].copy() for i, rid in enumerate(req_ids)}
+            host = torch.from_numpy(self.calibration.apply(raw))
         plan = self.controller.plan(host)  # T, split with allocate_verify_budget on the host copy
         lengths = plan.num_drafts.tolist()  # a host tensor: no device read
         elapsed = time.perf_counter() - start
@@ -181,6 +197,29 @@ class DynamicVerifier:
         else:
             self._plain_probes = 0
         return lengths
+
+    def begin_step(self, verified: dict[str, list[int]]) -> None:
+        """A target step starts: ``verified`` maps request id -> the drafts it verifies (the scheduler's
+        ``scheduled_spec_decode_tokens``); the predictions made for them move to this step."""
+        self._step_predictions, self._next_predictions = self._next_predictions, {}
+        self._step_verified = {rid: len(ids) for rid, ids in verified.items() if ids}
+
+    def end_step(self, req_ids: list[str], sampled: list[list[int]]) -> None:
+        """The step's host output (V1's own copy): request b accepted ``len(sampled[b]) - 1`` drafts."""
+        if self.calibration is None or not self._step_verified:
+            return
+        rows, verified, accepted = [], [], []
+        for rid, tokens in zip(req_ids, sampled):
+            n = self._step_verified.get(rid, 0)
+            row = self._step_predictions.get(rid)
+            if n and row is not None and tokens:  # empty: discarded (partial prefill), nothing was verified
+                rows.append(row)
+                verified.append(n)
+                accepted.append(len(tokens) - 1)
+        self._step_verified = {}
+        if rows:
+            self.calibration.observe(np.stack(rows), np.asarray(verified), np.asarray(accepted))
+            self.stats.calibration = [round(float(f), 4) for f in self.calibration.factors]
 
     def _step_buffers(self, scores: DraftScores) -> tuple[torch.Tensor, torch.Tensor]:
         key = (scores.num_reqs, scores.num_drafts, scores.values.device)

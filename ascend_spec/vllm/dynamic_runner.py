@@ -49,6 +49,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     take = runner.take_draft_token_ids
     fits = runner._input_fits_in_drafter
     sample = runner._sample
+    sample_tokens = runner.sample_tokens
     calc_metadata = runner._calc_spec_decode_metadata
     zero_draft_metadata: dict[
         int, Any
@@ -56,12 +57,21 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     runner.ascend_spec_dynamic = None
     runner._ascend_spec_lengths = None
 
-    def _execute_model(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+    def _execute_model(self, scheduler_output, *args: Any, **kwargs: Any):  # noqa: ANN001, ANN202
         if (
             self.ascend_spec_dynamic is None
         ):  # before the first step's inputs exist, as vLLM's own dummy batches
             self.ascend_spec_dynamic = build_verifier(self)
-        return execute_model(*args, **kwargs)
+        self.ascend_spec_dynamic.begin_step(scheduler_output.scheduled_spec_decode_tokens)
+        return execute_model(scheduler_output, *args, **kwargs)
+
+    def _sample_tokens(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+        output = sample_tokens(*args, **kwargs)
+        verifier = self.ascend_spec_dynamic
+        sampled = getattr(output, "sampled_token_ids", None)
+        if verifier is not None and isinstance(sampled, list):  # V1's host lists (sync scheduling)
+            verifier.end_step(output.req_ids, sampled)
+        return output
 
     def _propose(self, *args: Any, **kwargs: Any):  # noqa: ANN202
         self._ascend_spec_lengths = None
@@ -76,7 +86,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
                         f"draft scores are for [{scores.num_reqs}, {scores.num_drafts}] drafts, the drafter "
                         f"proposed {list(drafts.shape)}"
                     )
-                self._ascend_spec_lengths = verifier.lengths(scores)
+                self._ascend_spec_lengths = verifier.lengths(scores, self.input_batch.req_ids)
         return drafts
 
     def _fits(self, *args: Any, **kwargs: Any) -> bool:
@@ -125,6 +135,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     runner.take_draft_token_ids = types.MethodType(_take, runner)
     runner._input_fits_in_drafter = types.MethodType(_fits, runner)
     runner._sample = types.MethodType(_sample, runner)
+    runner.sample_tokens = types.MethodType(_sample_tokens, runner)
     runner._calc_spec_decode_metadata = types.MethodType(_calc_metadata, runner)
 
 
@@ -164,7 +175,11 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         backend=settings.backend,
     )
     verifier = DynamicVerifier(
-        controller, graphs, backend=settings.backend, probe_interval=settings.dynamic.probe_interval
+        controller,
+        graphs,
+        backend=settings.backend,
+        probe_interval=settings.dynamic.probe_interval,
+        calibrate=settings.dynamic.calibrate,
     )
     verifier.profiles = profiles
     logger.info(
