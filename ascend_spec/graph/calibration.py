@@ -64,15 +64,17 @@ class SurvivalCalibration:
                 f"verified and accepted must have shape [{n}] (one entry per predicted row); got "
                 f"{list(v.shape)} and {list(a.shape)}"
             )
-        if n and (v.min() < 0 or v.max() > self.max_drafts):
+        if not n:
+            return
+        if v.min() < 0 or v.max() > self.max_drafts:
             raise ValueError(f"verified must lie in [0, {self.max_drafts}]; got {v.tolist()}")
-        if n and (a.min() < 0 or (a > v).any()):
+        if a.min() < 0 or (a > v).any():
             raise ValueError(
                 f"accepted must lie in [0, verified]; got accepted {a.tolist()}, verified {v.tolist()}"
             )
-        mask = self._positions[None, :] < v[:, None]
-        self.predicted += (p * mask).sum(axis=0)
-        self.observed += ((self._positions[None, :] < a[:, None]) & mask).sum(axis=0)
+        positions = self._positions[None, :]
+        self.predicted += np.where(positions < v[:, None], p, 0.0).sum(axis=0)
+        self.observed += (positions < a[:, None]).sum(axis=0)  # a <= v: accepted positions were verified
 
     def _check_rows(self, name: str, values: np.ndarray) -> np.ndarray:
         s = np.asarray(values, dtype=np.float64)

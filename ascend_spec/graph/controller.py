@@ -417,9 +417,9 @@ class BudgetController:
 def _check_host_values(s: np.ndarray) -> None:
     """The sync plan's guard on the host copy (always on: it is already on the host): finite, in [0, 1] and
     non-increasing along K, else a ValueError naming the first bad entry."""
-    if not np.isfinite(s).all():
+    lo, hi = float(s.min()), float(s.max())  # NaN anywhere makes both NaN; inf lands outside [0, 1]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError("survival must be finite; got NaN or inf entries")
-    lo, hi = float(s.min()), float(s.max())
     if lo < 0 or hi > 1:
         raise ValueError(f"survival must lie in [0, 1]; got min {lo}, max {hi}")
     if s.shape[1] > 1:

@@ -117,7 +117,7 @@ class DynamicStats:
     ragged_steps: int = 0  # steps whose requests verify different numbers of drafts
     skipped_steps: int = 0  # plain decodes without a drafter run (the no-draft option)
     last_lengths: list[int] = field(default_factory=list)
-    calibration: list[float] | None = None  # the survival calibration's factor per draft position, at the end
+    calibration: SurvivalCalibration | None = None  # its factors per draft position are reported
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -134,7 +134,9 @@ class DynamicStats:
             "target_graphs": {str(k): v for k, v in self.target_graphs.items()},
             "ragged_steps": self.ragged_steps,
             "skipped_steps": self.skipped_steps,
-            "calibration": self.calibration,
+            "calibration": (
+                None if self.calibration is None else [round(float(f), 4) for f in self.calibration.factors]
+            ),
         }
 
 
@@ -161,10 +163,11 @@ class DynamicVerifier:
         self._buffers: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         self._graph_keys: dict[tuple[int, int], tuple] = {}
         self.calibration = SurvivalCalibration(controller.max_drafts) if calibrate else None
-        # Raw survivals per request id: of the plan for the next step, and of the step being verified.
-        self._next_predictions: dict[str, np.ndarray] = {}
-        self._step_predictions: dict[str, np.ndarray] = {}
-        self._step_verified: dict[str, int] = {}
+        self.stats.calibration = self.calibration
+        # (request ids, raw survivals [B, K]) of the plan for the next step, and of the step being verified.
+        self._next_predictions: tuple[list[str], np.ndarray] | None = None
+        self._step_predictions: tuple[list[str], np.ndarray] | None = None
+        self._step_verified: dict[str, list[int]] = {}
 
     def skip_drafter(self) -> bool:
         """Whether this step's drafter run is skipped (a plain decode follows); counts the skip."""
@@ -184,7 +187,7 @@ class DynamicVerifier:
         if self.calibration is not None:
             raw = host.numpy()
             if req_ids is not None:
-                self._next_predictions = {rid: raw[i].copy() for i, rid in enumerate(req_ids)}
+                self._next_predictions = (list(req_ids), raw.copy())
             host = torch.from_numpy(self.calibration.apply(raw))
         plan = self.controller.plan(host)  # T, split with allocate_verify_budget on the host copy
         lengths = plan.num_drafts.tolist()  # a host tensor: no device read
@@ -201,25 +204,27 @@ class DynamicVerifier:
     def begin_step(self, verified: dict[str, list[int]]) -> None:
         """A target step starts: ``verified`` maps request id -> the drafts it verifies (the scheduler's
         ``scheduled_spec_decode_tokens``); the predictions made for them move to this step."""
-        self._step_predictions, self._next_predictions = self._next_predictions, {}
-        self._step_verified = {rid: len(ids) for rid, ids in verified.items() if ids}
+        self._step_predictions, self._next_predictions = self._next_predictions, None
+        self._step_verified = verified
 
     def end_step(self, req_ids: list[str], sampled: list[list[int]]) -> None:
         """The step's host output (V1's own copy): request b accepted ``len(sampled[b]) - 1`` drafts."""
-        if self.calibration is None or not self._step_verified:
+        step, verified = self._step_predictions, self._step_verified
+        self._step_predictions, self._step_verified = None, {}
+        if self.calibration is None or step is None or not verified:
             return
-        rows, verified, accepted = [], [], []
+        planned_ids, predicted = step
+        row_of = {rid: i for i, rid in enumerate(planned_ids)}
+        rows, counts, accepted = [], [], []
         for rid, tokens in zip(req_ids, sampled):
-            n = self._step_verified.get(rid, 0)
-            row = self._step_predictions.get(rid)
-            if n and row is not None and tokens:  # empty: discarded (partial prefill), nothing was verified
+            drafts = verified.get(rid)
+            row = row_of.get(rid)
+            if drafts and row is not None and tokens:  # empty: discarded (partial prefill), nothing verified
                 rows.append(row)
-                verified.append(n)
+                counts.append(len(drafts))
                 accepted.append(len(tokens) - 1)
-        self._step_verified = {}
         if rows:
-            self.calibration.observe(np.stack(rows), np.asarray(verified), np.asarray(accepted))
-            self.stats.calibration = [round(float(f), 4) for f in self.calibration.factors]
+            self.calibration.observe(predicted[rows], np.asarray(counts), np.asarray(accepted))
 
     def _step_buffers(self, scores: DraftScores) -> tuple[torch.Tensor, torch.Tensor]:
         key = (scores.num_reqs, scores.num_drafts, scores.values.device)
