@@ -17,7 +17,7 @@ One step, after the drafter proposed ``[B, K]`` drafts:
 The no-draft option goes one step further: after a step planned as plain decoding, the drafter is skipped for
 ``probe_interval - 1`` steps (V1's own "input does not fit the drafter" path; every request gets no drafts), so
 those steps cost V(B) only, then it runs once to probe again; while probes keep planning plain decoding the
-stretch doubles (up to 8 x probe_interval), and the first speculative plan resets it. The tokens of skipped steps never enter the
+stretch doubles (up to 32 x probe_interval), and the first speculative plan resets it. The tokens of skipped steps never enter the
 drafter's context cache (its slots stay zeroed): drafts right after a skip may be worse, output is unchanged.
 """
 
@@ -36,8 +36,9 @@ from ascend_spec.graph.calibration import SurvivalCalibration
 from ascend_spec.ops import head_confidence, max_softmax_confidence, survival_probs
 
 SCORE_KINDS = ("logits", "head")
-#: Consecutive plain plans double the drafter-less stretch, at most this many times (probe_interval x 8).
-MAX_BACKOFF_DOUBLINGS = 3
+#: Consecutive plain plans double the drafter-less stretch, at most this many times (probe_interval x 32): a
+#: probe costs a drafter run and a plan, and four plain probes in a row are strong evidence.
+MAX_BACKOFF_DOUBLINGS = 5
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ class DynamicVerifier:
         lengths = plan.num_drafts.tolist()  # a host tensor: no device read
         elapsed = time.perf_counter() - start
         self._record(lengths, plan.total_budget, elapsed, self.reader.copies - copies_before)
-        if plan.total_budget == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, 4x, 8x
+        if plan.total_budget == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, ..., 32x
             self._plain_probes += 1
             interval = self.probe_interval * 2 ** min(self._plain_probes - 1, MAX_BACKOFF_DOUBLINGS)
             self._skips_left = interval - 1
