@@ -10,7 +10,9 @@ accepted, i.e. at least i+1 drafts accepted), over the requests that verified po
     p'_{b,i} = min(1, p_{b,i} * f_i),   f_i = (A_i + n0) / (P_i + n0),
 
 made non-increasing along K again (a running minimum, so it stays a survival). ``n0`` pseudo-observations at
-ratio 1 keep f = 1 until there is evidence. Every plan decays the sums (also plans that verify nothing), so
+ratio 1 keep f = 1 until there is evidence; the defaults (decay 0.95, about the last 20 plans, and n0 = 1) let a
+drafter whose drafts are never accepted fall to f ~ 0.05 (with 0.9 and n0 = 2 the prior held f above 0.18 and a
+confident wrong drafter still looked worth a block at B = 1). Every plan decays the sums (also plans that verify nothing), so
 evidence ages and a drafter that stopped being verified is eventually tried again at its own word: the
 exploration a controller that settled on plain decoding needs to notice a drafter that got better.
 
@@ -27,7 +29,7 @@ from ascend_spec.checks import check_int
 class SurvivalCalibration:
     """Per-position acceptance ratios observed / predicted, applied to the next plans (module docstring)."""
 
-    def __init__(self, max_drafts: int, *, decay: float = 0.9, prior: float = 2.0) -> None:
+    def __init__(self, max_drafts: int, *, decay: float = 0.95, prior: float = 1.0) -> None:
         self.max_drafts = check_int("max_drafts", max_drafts, minimum=1)
         if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 < decay < 1.0:
             raise ValueError(f"decay must be a float in (0, 1); got {decay!r}")
