@@ -118,8 +118,11 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
     if args.target is None:
         root = args.models_dir or Path(tempfile.gettempdir()) / "ascend_spec_e2e_models"
-        models = make_tiny_models(
-            root, hybrid=args.hybrid, low_entropy=args.low_entropy, constant=getattr(args, "constant", False)
+        constant = getattr(args, "constant", False)
+        models = (
+            make_tiny_models(  # the constant target is its own kind: --low-entropy (a default) does not apply
+                root, hybrid=args.hybrid, low_entropy=args.low_entropy and not constant, constant=constant
+            )
         )
         target, drafter, has_mtp = models.target, models.dflash, models.mtp
     else:

@@ -176,6 +176,85 @@ def kv_cache_layout(worker) -> list:  # noqa: ANN001 - runs inside the worker
     return out
 
 
+def engine_sampling(
+    lengths: list[int], *, temperature: float = 0.0, seed: int | None = None, logprobs: bool = False
+) -> list:
+    """One ``SamplingParams`` per prompt (request i seeded with ``seed + i`` when a seed is given)."""
+    from vllm import SamplingParams
+
+    return [
+        SamplingParams(
+            temperature=temperature,
+            max_tokens=n,
+            ignore_eos=True,
+            logprobs=2 if logprobs else None,
+            seed=None if seed is None else seed + i,
+        )
+        for i, n in enumerate(lengths)
+    ]
+
+
+def start_engine(spec: EngineSpec, prompts: list[list[int]], *, warmup: bool = True):  # noqa: ANN201
+    """The in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), warmed up on the first prompt."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(**spec.engine_kwargs())
+    if warmup:
+        llm.generate(
+            [TokensPrompt(prompt_token_ids=prompts[0])], SamplingParams(max_tokens=4), use_tqdm=False
+        )
+    return llm
+
+
+def timed_generate(llm, token_prompts: list, sampling: list) -> tuple[list, float, float]:  # noqa: ANN001
+    """(outputs, wall seconds, CPU seconds of this process) of one ``generate`` over every prompt."""
+    start, cpu_start = time.perf_counter(), time.process_time()
+    outs = llm.generate(token_prompts, sampling, use_tqdm=False)
+    return outs, time.perf_counter() - start, time.process_time() - cpu_start
+
+
+def collect_counters(llm, run: EngineRun, before: dict, after: dict) -> None:  # noqa: ANN001
+    """The speculative counters between ``before`` and ``after`` and what the worker reports, into ``run``."""
+
+    def delta(name: str) -> int:
+        return int(after.get(name, 0) - before.get(name, 0))
+
+    run.num_drafts = delta("vllm:spec_decode_num_drafts")
+    run.num_draft_tokens = delta("vllm:spec_decode_num_draft_tokens")
+    run.num_accepted = delta("vllm:spec_decode_num_accepted_tokens")
+    run.num_preemptions = delta("vllm:num_preemptions")
+    per_pos_after = after.get("vllm:spec_decode_num_accepted_tokens_per_pos", [])
+    per_pos_before = before.get("vllm:spec_decode_num_accepted_tokens_per_pos", [])
+    run.accepted_per_position = [
+        int(v - (per_pos_before[i] if i < len(per_pos_before) else 0)) for i, v in enumerate(per_pos_after)
+    ]
+    run.kv_cache_layout = llm.collective_rpc(kv_cache_layout)[0]
+    run.dynamic = llm.collective_rpc(_dynamic_stats)[0]
+    state = llm.collective_rpc(gdn_state_per_request)[0]
+    if state is not None:
+        run.gdn_state_bytes_per_request, run.gdn_slots_per_request = state
+
+
+def engine_error(exc: Exception) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1]
+    return f"{type(exc).__name__}: {exc} ({Path(last.filename).name}:{last.lineno})"
+
+
+def shutdown_engine(llm) -> None:  # noqa: ANN001
+    from vllm.distributed import cleanup_dist_env_and_memory
+
+    if llm is not None:
+        engine = getattr(llm, "llm_engine", None)
+        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        del llm
+    gc.collect()
+    cleanup_dist_env_and_memory()
+
+
 def run_engine(
     spec: EngineSpec,
     prompts: list[list[int]],
@@ -188,83 +267,36 @@ def run_engine(
     repeats: int = 1,
 ) -> EngineRun:
     """Start the engine, decode ``prompts`` (token ids) and shut it down; an engine error is returned, not raised."""
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM, SamplingParams
-    from vllm.distributed import cleanup_dist_env_and_memory
     from vllm.inputs import TokensPrompt
 
     lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
-
-    def sampling(with_logprobs: bool) -> list:
-        return [
-            SamplingParams(
-                temperature=temperature,
-                max_tokens=n,
-                ignore_eos=True,
-                logprobs=2 if with_logprobs else None,
-                seed=None if seed is None else seed + i,
-            )
-            for i, n in enumerate(lengths)
-        ]
-
+    sampling = engine_sampling(lengths, temperature=temperature, seed=seed)
     run = EngineRun()
     llm = None
     try:
-        llm = LLM(**spec.engine_kwargs())
-        if warmup:
-            llm.generate(
-                [TokensPrompt(prompt_token_ids=prompts[0])], SamplingParams(max_tokens=4), use_tqdm=False
-            )
+        llm = start_engine(spec, prompts, warmup=warmup)
         before = _metric_values(llm)
-        start, cpu_start = time.perf_counter(), time.process_time()
         token_prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
-        outs = llm.generate(token_prompts, sampling(False), use_tqdm=False)
-        run.seconds, run.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+        outs, run.seconds, run.cpu_seconds = timed_generate(llm, token_prompts, sampling)
         after = _metric_values(llm)
         for _ in range(repeats - 1):  # best of ``repeats`` timings (a shared machine is noisy); same tokens
-            start, cpu_start = time.perf_counter(), time.process_time()
-            again = llm.generate(token_prompts, sampling(False), use_tqdm=False)
-            run.seconds = min(run.seconds, time.perf_counter() - start)
-            run.cpu_seconds = min(run.cpu_seconds, time.process_time() - cpu_start)
+            again, seconds, cpu_seconds = timed_generate(llm, token_prompts, sampling)
+            run.seconds = min(run.seconds, seconds)
+            run.cpu_seconds = min(run.cpu_seconds, cpu_seconds)
             if temperature == 0.0 and [list(o.outputs[0].token_ids) for o in again] != [
                 list(o.outputs[0].token_ids) for o in outs
             ]:
                 raise RuntimeError("greedy decoding gave different tokens on a repeated run")
         run.tokens = [list(out.outputs[0].token_ids) for out in outs]
         if logprobs:  # a second pass: vLLM's CPU logprobs path is slow and must not enter the timing
-            for out in llm.generate(token_prompts, sampling(True), use_tqdm=False):
+            with_logprobs = engine_sampling(lengths, temperature=temperature, seed=seed, logprobs=True)
+            for out in llm.generate(token_prompts, with_logprobs, use_tqdm=False):
                 run.top2.append([_top2(lp) for lp in out.outputs[0].logprobs])
-
-        def delta(name: str) -> int:
-            return int(after.get(name, 0) - before.get(name, 0))
-
-        run.num_drafts = delta("vllm:spec_decode_num_drafts")
-        run.num_draft_tokens = delta("vllm:spec_decode_num_draft_tokens")
-        run.num_accepted = delta("vllm:spec_decode_num_accepted_tokens")
-        run.num_preemptions = delta("vllm:num_preemptions")
-        per_pos_after = after.get("vllm:spec_decode_num_accepted_tokens_per_pos", [])
-        per_pos_before = before.get("vllm:spec_decode_num_accepted_tokens_per_pos", [])
-        run.accepted_per_position = [
-            int(v - (per_pos_before[i] if i < len(per_pos_before) else 0))
-            for i, v in enumerate(per_pos_after)
-        ]
-        run.kv_cache_layout = llm.collective_rpc(kv_cache_layout)[0]
-        run.dynamic = llm.collective_rpc(_dynamic_stats)[0]
-        state = llm.collective_rpc(gdn_state_per_request)[0]
-        if state is not None:
-            run.gdn_state_bytes_per_request, run.gdn_slots_per_request = state
+        collect_counters(llm, run, before, after)
     except Exception as exc:  # an engine that fails is a result to report (upstream's GDN spec path crashes)
-        last = traceback.extract_tb(exc.__traceback__)[-1]
-        run.error = f"{type(exc).__name__}: {exc} ({Path(last.filename).name}:{last.lineno})"
+        run.error = engine_error(exc)
     finally:
-        if llm is not None:
-            engine = getattr(llm, "llm_engine", None)
-            shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
-            if callable(shutdown):
-                shutdown()
-            del llm
-        gc.collect()
-        cleanup_dist_env_and_memory()
+        shutdown_engine(llm)
     return run
 
 

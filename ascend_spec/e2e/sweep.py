@@ -1,6 +1,9 @@
 """``ascend-spec e2e --sweep``: plain decoding, every fixed K and the dynamic controller, at several batch sizes.
 
-Per batch size B (B concurrent requests, ``max_num_seqs = B``) every row is a fresh engine on the same prompts:
+Per batch size B (B concurrent requests, ``max_num_seqs = B``) every row is a fresh engine on the same prompts,
+all of them resident at once and timed in interleaved rounds (:mod:`ascend_spec.e2e.interleaved`: round r times
+one ``generate`` per engine in turn, each row keeps its best of ``--repeats`` rounds), so a busy stretch of a
+shared machine slows every row alike instead of whichever engine ran in it:
 plain decoding, DFlash with the plugin at each fixed K = 1..K_max, and DFlash with dynamic verification
 (K_max drafted, the controller choosing per request). Columns: tokens/s (best of ``--repeats``) and its ratio to
 plain decoding at that B, mean verify and acceptance lengths, the chosen totals per step (histogram
@@ -22,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ascend_spec.cli_args import CommandError
-from ascend_spec.e2e.engine import EngineRun, EngineSpec, run_isolated
+from ascend_spec.e2e.engine import EngineRun, EngineSpec
+from ascend_spec.e2e.interleaved import run_interleaved
 
 
 @dataclass
@@ -148,11 +152,19 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
         configs = [("plain", spec(None, None))]
         configs += [(f"K={k}", spec(k, base_plugin)) for k in range(1, k_max + 1)]
         configs.append(("dynamic", spec(k_max, dynamic)))
-        env = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else None
-        for mode, engine in configs:
-            result = run_isolated(
-                engine, prompts, work_dir=work, max_tokens=lengths, repeats=args.repeats, env=env
-            )
+        # Timing runs: the ops' value checks (host reads; the test suite's ASCEND_SPEC_CHECKS=1) stay off.
+        env = {"ASCEND_SPEC_CHECKS": "0"}
+        if args.threads:
+            env["OMP_NUM_THREADS"] = str(args.threads)
+        results = run_interleaved(
+            [engine for _, engine in configs],
+            prompts,
+            max_tokens=lengths,
+            rounds=args.repeats,
+            work_dir=work,
+            env=env,
+        )
+        for (mode, _), result in zip(configs, results):
             rows.append(SweepRow(b, mode, result))
             print(f"  B={b} {mode}: {'failed' if result.error else f'{result.tokens_per_second:.1f} tok/s'}")
     kind = "constant " if getattr(args, "constant", False) else "low-entropy " if args.low_entropy else ""

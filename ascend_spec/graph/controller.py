@@ -12,7 +12,11 @@ a bucket is the one that fills it (capped at B*K). Above the largest bucket the 
 every T there is a candidate. See docs/controller.md for the rule, the per-position thresholds and the modes.
 
 Modes: "sync" (V1 in Huawei's talk on DFlash and DSpark in vLLM) reads the survivals back to the host, searches,
-and returns the split. "async" (V2) fixes T before the drafter runs from the recent chosen totals
+and returns the split. The host search is index math on a few dozen numbers, so it runs in NumPy on the host copy
+(a torch op costs more to dispatch than the whole search); per batch size the candidate budgets, their costs and
+everything a plan says about a total (cost, graph buckets) are computed once. A plan of no drafts or of every
+draft is the same split whatever the survivals, so those two splits are made once per batch size by
+``allocate_verify_budget`` and handed out again (read-only); ragged totals are split by the op at every step. "async" (V2) fixes T before the drafter runs from the recent chosen totals
 (:meth:`predict_total`), so the target's input size B + T is known to the host in advance; the split then happens
 on the device (``ascend_spec.ops.allocate_verify_budget``), and this step's own best total is computed on the
 device too and recorded for later steps without the host waiting for it.
@@ -24,6 +28,7 @@ import collections
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ascend_spec.backend import resolve_backend, value_checks_enabled
@@ -158,6 +163,9 @@ class BudgetController:
         self._totals: collections.deque[int] = collections.deque(maxlen=self.history)
         self._pending: list[tuple[torch.Tensor, object]] = []
         self._tables: dict[int, tuple[list[int], list[float], float, float]] = {}
+        self._host_tables: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
+        self._fixed_splits: dict[tuple[int, int, torch.device], VerifyAllocation] = {}
+        self._plan_fields: dict[tuple[int, int], dict] = {}
         self._device_tables: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         self.last_num_reqs: int | None = None
 
@@ -241,6 +249,7 @@ class BudgetController:
 
     @staticmethod
     def _check_values(s: torch.Tensor) -> None:
+        """Finite, in [0, 1], non-increasing along K (the async mode's device-side check, behind value checks)."""
         if not bool(torch.isfinite(s).all()):
             raise ValueError("survival must be finite; got NaN or inf entries")
         if bool((s < 0).any()) or bool((s > 1).any()):
@@ -265,19 +274,39 @@ class BudgetController:
 
     def _plan_sync(self, s: torch.Tensor) -> BudgetPlan:
         b, k = s.shape
-        host = s.detach().to("cpu", torch.float64)  # the V1 device-to-host read
-        self._check_values(host)
-        flat = host.reshape(-1)
-        order = torch.sort(flat, descending=True, stable=True).indices
-        prefix = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(flat[order], 0)])
-        ts, costs, plain, _ = self._table(b)
-        t_idx = torch.tensor(ts, dtype=torch.long)
-        obj = torch.tensor(costs, dtype=torch.float64) / (b + prefix[t_idx])
-        best = int(torch.argmin(obj))
-        t = ts[best] if float(obj[best]) < plain / b else 0
-        self.record_total(t)
-        split = split_budget(s, t, backend=self.backend)
+        host = s.detach().cpu()  # the V1 device-to-host read (callers hand in the host copy: a no-op then)
+        values = (host if host.dtype in (torch.float32, torch.float64) else host.float()).numpy()
+        _check_host_values(values)
+        flat = values.reshape(-1).astype(np.float64)
+        # Stable descending order: ties keep the flat b-major order, as allocate_verify_budget ranks them.
+        order = np.argsort(-flat, kind="stable")
+        prefix = np.concatenate(([0.0], np.cumsum(flat[order])))
+        ts, costs, plain = self._host_table(b)
+        obj = costs / (b + prefix[ts])
+        best = int(obj.argmin())
+        t = int(ts[best]) if obj[best] < plain / b else 0
+        self._totals.append(t)
+        fixed = t in (0, b * k)  # the same split whatever the survivals
+        split = self._fixed_split(s, t) if fixed else split_budget(s, t, backend=self.backend)
         return self._make_plan(b, t, split, b + float(prefix[t]))
+
+    def _host_table(self, b: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """:meth:`_table` as NumPy arrays for the host search: (candidate totals, step costs, plain V(B))."""
+        if b not in self._host_tables:
+            ts, costs, plain, _ = self._table(b)
+            self._host_tables[b] = (
+                np.asarray(ts, dtype=np.int64),
+                np.asarray(costs, dtype=np.float64),
+                plain,
+            )
+        return self._host_tables[b]
+
+    def _fixed_split(self, s: torch.Tensor, t: int) -> VerifyAllocation:
+        """The split of T = 0 or T = B*K (independent of the survivals' values), made once per batch size."""
+        key = (s.shape[0], t, s.device)
+        if key not in self._fixed_splits:
+            self._fixed_splits[key] = split_budget(s, t, backend=self.backend)
+        return self._fixed_splits[key]
 
     def _plan_async(self, s: torch.Tensor) -> BudgetPlan:
         b = s.shape[0]
@@ -293,23 +322,30 @@ class BudgetController:
         return self._make_plan(b, t, split, expected)
 
     def _make_plan(self, b: int, t: int, split: BudgetSplit, expected: float | torch.Tensor) -> BudgetPlan:
-        q = self.draft_tokens_per_request
+        key = (b, t)
+        fields = self._plan_fields.get(key)
+        if fields is None:  # what a plan says about (B, T) besides the split: the same at every step
+            q = self.draft_tokens_per_request
+            fields = dict(
+                speculate=t > 0,
+                total_budget=t,
+                expected_cost=self.step_cost(b, t),
+                num_reqs=b,
+                target_tokens=b + t,
+                target_bucket=self.verify_cost.buckets.pad(b + t),
+                draft_tokens=b * q if t else 0,
+                draft_bucket=self.draft_cost.buckets.pad(b * q) if t else None,
+                mode=self.mode,
+                allocator=resolve_backend(self.backend, split.num_drafts.device, op="allocate_verify_budget"),
+            )
+            self._plan_fields[key] = fields
         return BudgetPlan(
-            speculate=t > 0,
-            total_budget=t,
             num_drafts=split.num_drafts,
             query_lens=split.query_lens,
             query_start_loc=split.query_start_loc,
             expected_tokens=expected,
-            expected_cost=self.step_cost(b, t),
-            num_reqs=b,
-            target_tokens=b + t,
-            target_bucket=self.verify_cost.buckets.pad(b + t),
-            draft_tokens=b * q if t else 0,
-            draft_bucket=self.draft_cost.buckets.pad(b * q) if t else None,
-            mode=self.mode,
-            allocator=resolve_backend(self.backend, split.num_drafts.device, op="allocate_verify_budget"),
             draft_index=split.draft_index,
+            **fields,
         )
 
     def _device_search(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -376,3 +412,21 @@ class BudgetController:
                 )
             )
         return Explanation(b, d, self.verify_cost.cost(b), rows)
+
+
+def _check_host_values(s: np.ndarray) -> None:
+    """The sync plan's guard on the host copy (always on: it is already on the host): finite, in [0, 1] and
+    non-increasing along K, else a ValueError naming the first bad entry."""
+    lo, hi = float(s.min()), float(s.max())  # NaN anywhere makes both NaN; inf lands outside [0, 1]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError("survival must be finite; got NaN or inf entries")
+    if lo < 0 or hi > 1:
+        raise ValueError(f"survival must lie in [0, 1]; got min {lo}, max {hi}")
+    if s.shape[1] > 1:
+        rising = s[:, 1:] > s[:, :-1]
+        if rising.any():
+            r, c = (int(i) for i in np.argwhere(rising)[0])
+            raise ValueError(
+                "survival must not increase along a request's drafts (it is a cumulative product of "
+                f"confidences); request {r} has {float(s[r, c])} then {float(s[r, c + 1])}"
+            )

@@ -37,6 +37,8 @@ class DynamicConfig:
     * ``probe_interval``: after a step planned as plain decoding, the drafter is skipped for
       ``probe_interval - 1`` steps (plain decodes that cost V(B) only), then runs once to probe again; 1 drafts at
       every step.
+    * ``calibrate``: scale the drafter's survivals by the acceptance the target showed per draft position
+      (:mod:`ascend_spec.graph.calibration`), so a confident but wrong drafter stops being over-verified.
     """
 
     mode: str = "sync"
@@ -46,6 +48,7 @@ class DynamicConfig:
     repeats: int = 7
     statistic: str = "min"
     probe_interval: int = 8
+    calibrate: bool = True
 
     @property
     def enabled(self) -> bool:
@@ -78,6 +81,8 @@ def _parse_dynamic(raw: object) -> DynamicConfig:
         v = raw["max_startup_s"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
             raise ValueError(f"{where}['max_startup_s'] must be a positive number of seconds; got {v!r}")
+    if "calibrate" in raw and not isinstance(raw["calibrate"], bool):
+        raise ValueError(f"{where}['calibrate'] must be true or false; got {raw['calibrate']!r}")
     for key, minimum in (("warmup", 0), ("repeats", 1), ("probe_interval", 1)):
         if key in raw:
             v = raw[key]

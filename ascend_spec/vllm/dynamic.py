@@ -17,7 +17,7 @@ One step, after the drafter proposed ``[B, K]`` drafts:
 The no-draft option goes one step further: after a step planned as plain decoding, the drafter is skipped for
 ``probe_interval - 1`` steps (V1's own "input does not fit the drafter" path; every request gets no drafts), so
 those steps cost V(B) only, then it runs once to probe again; while probes keep planning plain decoding the
-stretch doubles (up to 8 x probe_interval), and the first speculative plan resets it. The tokens of skipped steps never enter the
+stretch doubles (up to 32 x probe_interval), and the first speculative plan resets it. The tokens of skipped steps never enter the
 drafter's context cache (its slots stay zeroed): drafts right after a skip may be worse, output is unchanged.
 """
 
@@ -28,14 +28,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from ascend_spec.graph import BudgetController
+from ascend_spec.graph.calibration import SurvivalCalibration
 from ascend_spec.ops import head_confidence, max_softmax_confidence, survival_probs
 
 SCORE_KINDS = ("logits", "head")
-#: Consecutive plain plans double the drafter-less stretch, at most this many times (probe_interval x 8).
-MAX_BACKOFF_DOUBLINGS = 3
+#: Consecutive plain plans double the drafter-less stretch, at most this many times (probe_interval x 32): a
+#: probe costs a drafter run and a plan, and four plain probes in a row are strong evidence.
+MAX_BACKOFF_DOUBLINGS = 5
 
 
 @dataclass(frozen=True)
@@ -60,12 +63,14 @@ class ConfidenceSource(Protocol):
         """This step's scores (consumed: a second call returns None until the drafter runs again)."""
 
 
-def confidence(scores: DraftScores, backend: str = "auto") -> torch.Tensor:
-    """``[B, K]`` fp32 confidences in [0, 1] from a drafter's scores."""
+def confidence(scores: DraftScores, backend: str = "auto", out: torch.Tensor | None = None) -> torch.Tensor:
+    """``[B, K]`` fp32 confidences in [0, 1] from a drafter's scores (into ``out [B, K]`` when given)."""
     b, k = scores.num_reqs, scores.num_drafts
     if scores.kind == "head":
-        return head_confidence(scores.values).reshape(b, k)
-    return max_softmax_confidence(scores.values, backend=backend).reshape(b, k)
+        values = scores.values.reshape(b, k)
+        return head_confidence(values) if out is None else head_confidence(values, out=out)
+    flat = None if out is None else out.view(-1)
+    return max_softmax_confidence(scores.values, backend=backend, out=flat).view(b, k)
 
 
 class HostReader:
@@ -79,9 +84,10 @@ class HostReader:
         self.copies = 0
 
     def read(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` in host memory; on a CPU engine they already are (the read is counted, nothing is copied)."""
         self.copies += 1
         if values.device.type == "cpu":
-            return values.detach().clone()
+            return values.detach()
         if (
             self._buffer is None
             or self._buffer.numel() < values.numel()
@@ -113,6 +119,7 @@ class DynamicStats:
     skipped_steps: int = 0  # plain decodes without a drafter run (the no-draft option)
     score_kinds: collections.Counter = field(default_factory=collections.Counter)  # steps per score kind
     last_lengths: list[int] = field(default_factory=list)
+    calibration: SurvivalCalibration | None = None  # its factors per draft position are reported
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -130,6 +137,9 @@ class DynamicStats:
             "ragged_steps": self.ragged_steps,
             "skipped_steps": self.skipped_steps,
             "score_kinds": dict(sorted(self.score_kinds.items())),
+            "calibration": (
+                None if self.calibration is None else [round(float(f), 4) for f in self.calibration.factors]
+            ),
         }
 
 
@@ -142,6 +152,7 @@ class DynamicVerifier:
         graphs,  # noqa: ANN001
         backend: str = "auto",
         probe_interval: int = 1,
+        calibrate: bool = False,
     ) -> None:
         self.controller = controller
         self.graphs = graphs
@@ -151,6 +162,15 @@ class DynamicVerifier:
         self.stats = DynamicStats()
         self._skips_left = 0
         self._plain_probes = 0  # consecutive probes that planned plain decoding
+        # Per (B, K, device): the step's confidence and survival buffers, reused (no allocation per step).
+        self._buffers: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._graph_keys: dict[tuple[int, int], tuple] = {}
+        self.calibration = SurvivalCalibration(controller.max_drafts) if calibrate else None
+        self.stats.calibration = self.calibration
+        # (request ids, raw survivals [B, K]) of the plan for the next step, and of the step being verified.
+        self._next_predictions: tuple[list[str], np.ndarray] | None = None
+        self._step_predictions: tuple[list[str], np.ndarray] | None = None
+        self._step_verified: dict[str, list[int]] = {}
 
     def skip_drafter(self) -> bool:
         """Whether this step's drafter run is skipped (a plain decode follows); counts the skip."""
@@ -160,23 +180,66 @@ class DynamicVerifier:
         self.stats.skipped_steps += 1
         return True
 
-    def lengths(self, scores: DraftScores) -> list[int]:
+    def lengths(self, scores: DraftScores, req_ids: list[str] | None = None) -> list[int]:
+        """This step's draft length per request; ``req_ids`` (the rows' request ids) feed the calibration."""
         start = time.perf_counter()
         copies_before = self.reader.copies
-        conf = confidence(scores, self.backend)
-        host = self.reader.read(survival_probs(conf))
+        conf, surv = self._step_buffers(scores)
+        confidence(scores, self.backend, out=conf)
+        host = self.reader.read(survival_probs(conf, out=surv))
+        if self.calibration is not None:
+            raw = host.numpy()
+            if req_ids is not None:
+                self._next_predictions = (list(req_ids), raw.copy())
+            host = torch.from_numpy(self.calibration.apply(raw))
         plan = self.controller.plan(host)  # T, split with allocate_verify_budget on the host copy
         lengths = plan.num_drafts.tolist()  # a host tensor: no device read
         elapsed = time.perf_counter() - start
         self._record(lengths, plan.total_budget, elapsed, self.reader.copies - copies_before)
         self.stats.score_kinds[scores.kind] += 1  # head: head_confidence ran; logits: max_softmax_confidence
-        if plan.total_budget == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, 4x, 8x
+        if plan.total_budget == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, ..., 32x
             self._plain_probes += 1
             interval = self.probe_interval * 2 ** min(self._plain_probes - 1, MAX_BACKOFF_DOUBLINGS)
             self._skips_left = interval - 1
         else:
             self._plain_probes = 0
         return lengths
+
+    def begin_step(self, verified: dict[str, list[int]]) -> None:
+        """A target step starts: ``verified`` maps request id -> the drafts it verifies (the scheduler's
+        ``scheduled_spec_decode_tokens``); the predictions made for them move to this step."""
+        self._step_predictions, self._next_predictions = self._next_predictions, None
+        self._step_verified = verified
+
+    def end_step(self, req_ids: list[str], sampled: list[list[int]]) -> None:
+        """The step's host output (V1's own copy): request b accepted ``len(sampled[b]) - 1`` drafts."""
+        step, verified = self._step_predictions, self._step_verified
+        self._step_predictions, self._step_verified = None, {}
+        if self.calibration is None or step is None or not verified:
+            return
+        planned_ids, predicted = step
+        row_of = {rid: i for i, rid in enumerate(planned_ids)}
+        rows, counts, accepted = [], [], []
+        for rid, tokens in zip(req_ids, sampled):
+            drafts = verified.get(rid)
+            row = row_of.get(rid)
+            if drafts and row is not None and tokens:  # empty: discarded (partial prefill), nothing verified
+                rows.append(row)
+                counts.append(len(drafts))
+                accepted.append(len(tokens) - 1)
+        if rows:
+            self.calibration.observe(predicted[rows], np.asarray(counts), np.asarray(accepted))
+
+    def _step_buffers(self, scores: DraftScores) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (scores.num_reqs, scores.num_drafts, scores.values.device)
+        if key not in self._buffers:
+            shape = (scores.num_reqs, scores.num_drafts)
+            device = scores.values.device
+            self._buffers[key] = (
+                torch.empty(shape, dtype=torch.float32, device=device),
+                torch.empty(shape, dtype=torch.float32, device=device),
+            )
+        return self._buffers[key]
 
     def _record(self, lengths: list[int], total: int, elapsed: float, copies: int) -> None:
         s = self.stats
@@ -192,9 +255,16 @@ class DynamicVerifier:
         s.ragged_steps += len(set(lengths)) > 1
         s.last_lengths = lengths
         if self.graphs is not None:
-            draft, target = self.graphs.step(b, b + total)
-            s.draft_graphs[draft.key or ("draft", "eager", draft.num_tokens)] += 1
-            s.target_graphs[target.key or ("target", "eager", target.num_tokens)] += 1
+            keys = self._graph_keys.get((b, total))
+            if keys is None:  # the descriptors depend on (B, T) only
+                draft, target = self.graphs.step(b, b + total)
+                keys = (
+                    draft.key or ("draft", "eager", draft.num_tokens),
+                    target.key or ("target", "eager", target.num_tokens),
+                )
+                self._graph_keys[(b, total)] = keys
+            s.draft_graphs[keys[0]] += 1
+            s.target_graphs[keys[1]] += 1
 
 
 def trim_draft_token_ids(draft, lengths: list[int] | None):  # noqa: ANN001, ANN201
@@ -206,5 +276,8 @@ def trim_draft_token_ids(draft, lengths: list[int] | None):  # noqa: ANN001, ANN
             f"ascend-spec dynamic verification chose lengths for {len(lengths)} requests but the drafter's lists "
             f"are for {len(draft.req_ids)}"
         )
-    ids = [list(row[:n]) for row, n in zip(draft.draft_token_ids, lengths)]
+    rows = draft.draft_token_ids
+    if all(len(row) <= n for row, n in zip(rows, lengths)):  # full blocks: nothing to cut
+        return draft
+    ids = [list(row[:n]) for row, n in zip(rows, lengths)]
     return type(draft)(draft.req_ids, ids)

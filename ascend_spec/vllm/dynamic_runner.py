@@ -2,7 +2,8 @@
 
 Patch points (register: :mod:`ascend_spec.vllm.patches`): ``dynamic_profiles`` (``execute_model``, first call),
 ``dynamic_propose`` (``propose_draft_token_ids``), ``dynamic_take_drafts`` (``take_draft_token_ids``),
-``dynamic_skip_drafter`` (``_input_fits_in_drafter``); all
+``dynamic_skip_drafter`` (``_input_fits_in_drafter``), ``dynamic_plain_sample`` (``_sample``),
+``dynamic_zero_draft_metadata`` (``_calc_spec_decode_metadata``); all
 instance attributes of a runner whose engine sets ``additional_config["ascend_spec"]["dynamic"]``.
 """
 
@@ -47,15 +48,30 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     propose = runner.propose_draft_token_ids
     take = runner.take_draft_token_ids
     fits = runner._input_fits_in_drafter
+    sample = runner._sample
+    sample_tokens = runner.sample_tokens
+    calc_metadata = runner._calc_spec_decode_metadata
+    zero_draft_metadata: dict[
+        int, Any
+    ] = {}  # B -> V1's metadata of a decode step where no request has drafts
     runner.ascend_spec_dynamic = None
     runner._ascend_spec_lengths = None
 
-    def _execute_model(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+    def _execute_model(self, scheduler_output, *args: Any, **kwargs: Any):  # noqa: ANN001, ANN202
         if (
             self.ascend_spec_dynamic is None
         ):  # before the first step's inputs exist, as vLLM's own dummy batches
             self.ascend_spec_dynamic = build_verifier(self)
-        return execute_model(*args, **kwargs)
+        self.ascend_spec_dynamic.begin_step(scheduler_output.scheduled_spec_decode_tokens)
+        return execute_model(scheduler_output, *args, **kwargs)
+
+    def _sample_tokens(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+        output = sample_tokens(*args, **kwargs)
+        verifier = self.ascend_spec_dynamic
+        sampled = getattr(output, "sampled_token_ids", None)
+        if verifier is not None and isinstance(sampled, list):  # V1's host lists (sync scheduling)
+            verifier.end_step(output.req_ids, sampled)
+        return output
 
     def _propose(self, *args: Any, **kwargs: Any):  # noqa: ANN202
         self._ascend_spec_lengths = None
@@ -70,7 +86,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
                         f"draft scores are for [{scores.num_reqs}, {scores.num_drafts}] drafts, the drafter "
                         f"proposed {list(drafts.shape)}"
                     )
-                self._ascend_spec_lengths = verifier.lengths(scores)
+                self._ascend_spec_lengths = verifier.lengths(scores, self.input_batch.req_ids)
         return drafts
 
     def _fits(self, *args: Any, **kwargs: Any) -> bool:
@@ -80,14 +96,47 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
             return False
         return fits(*args, **kwargs)
 
+    def _sample(self, logits, spec_decode_metadata):  # noqa: ANN001, ANN202
+        # A step where no request verifies a draft (plain-decode plans, drafter-less steps, prefills) samples
+        # like an engine without a drafter: V1's own plain path, one token per request from the same logits
+        # rows the rejection sampler would read (each request's last row), instead of the rejection sampler.
+        if spec_decode_metadata is not None and spec_decode_metadata.max_spec_len == 0:
+            spec_decode_metadata = None
+        return sample(logits, spec_decode_metadata)
+
+    def _calc_metadata(self, num_draft_tokens, cu_num_scheduled_tokens):  # noqa: ANN001, ANN202
+        # Plain-decode steps of B one-token requests all have the same metadata (no draft is selected, so the
+        # token ids never enter it): V1's own result for that B, built once.
+        b = len(num_draft_tokens)
+        if b and int(cu_num_scheduled_tokens[-1]) == b and not num_draft_tokens.any():
+            metadata = zero_draft_metadata.get(b)
+            if metadata is None:
+                metadata = zero_draft_metadata[b] = calc_metadata(num_draft_tokens, cu_num_scheduled_tokens)
+            return metadata
+        return calc_metadata(num_draft_tokens, cu_num_scheduled_tokens)
+
     def _take(self):  # noqa: ANN202
         lengths, self._ascend_spec_lengths = self._ascend_spec_lengths, None
+        if lengths is not None and not any(lengths) and self._draft_token_req_ids:
+            # No request verifies a draft: the lists V1 would read back are cut to nothing anyway.
+            from vllm.v1.outputs import DraftTokenIds
+
+            req_ids = self._draft_token_req_ids
+            if len(req_ids) != len(lengths):
+                raise RuntimeError(
+                    f"ascend-spec dynamic verification chose lengths for {len(lengths)} requests but the drafter's "
+                    f"lists are for {len(req_ids)}"
+                )
+            return DraftTokenIds(req_ids, [[] for _ in req_ids])
         return trim_draft_token_ids(take(), lengths)
 
     runner.execute_model = types.MethodType(_execute_model, runner)
     runner.propose_draft_token_ids = types.MethodType(_propose, runner)
     runner.take_draft_token_ids = types.MethodType(_take, runner)
     runner._input_fits_in_drafter = types.MethodType(_fits, runner)
+    runner._sample = types.MethodType(_sample, runner)
+    runner.sample_tokens = types.MethodType(_sample_tokens, runner)
+    runner._calc_spec_decode_metadata = types.MethodType(_calc_metadata, runner)
 
 
 def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
@@ -126,7 +175,11 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         backend=settings.backend,
     )
     verifier = DynamicVerifier(
-        controller, graphs, backend=settings.backend, probe_interval=settings.dynamic.probe_interval
+        controller,
+        graphs,
+        backend=settings.backend,
+        probe_interval=settings.dynamic.probe_interval,
+        calibrate=settings.dynamic.calibrate,
     )
     verifier.profiles = profiles
     logger.info(

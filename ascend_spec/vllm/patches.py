@@ -142,14 +142,47 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="V1 lets a runner skip the drafter for a step",
     ),
     PatchPoint(
+        name="dynamic_plain_sample",
+        target="GPUModelRunner._sample (per runner instance)",
+        what="a step where no request verifies a draft (plain-decode plans, drafter-less steps, prefills) samples "
+        "with V1's plain sampler (spec_decode_metadata=None) instead of the rejection sampler",
+        why="a speculative V1 engine runs the rejection sampler (bonus sampling, target-logit gathers, its "
+        "kernel) on every step, also with zero drafts; the no-draft option should cost what plain decoding costs",
+        how="instance attribute wrapping the bound method; with max_spec_len == 0 the logits rows are each "
+        "request's last row, the ones the rejection sampler would sample the bonus token from",
+        remove_when="V1 skips the rejection sampler on zero-draft steps",
+    ),
+    PatchPoint(
+        name="dynamic_zero_draft_metadata",
+        target="GPUModelRunner._calc_spec_decode_metadata (per runner instance)",
+        what="the spec-decode metadata of a decode step of B one-token requests without drafts is V1's own "
+        "result for that B, built once and reused",
+        why="V1 rebuilds it (cumsums, repeats, five host-to-device tensors, two gathers) every step; without "
+        "drafts it depends on B only (no draft token is selected)",
+        how="instance attribute wrapping the bound method; any other step calls the original",
+        remove_when="with dynamic_plain_sample",
+    ),
+    PatchPoint(
+        name="dynamic_observe_acceptance",
+        target="GPUModelRunner.sample_tokens (per runner instance)",
+        what="after V1's bookkeeping: each verifying request's accepted count (len(sampled) - 1 of the host "
+        "lists V1 already copied) and its verified count feed the survival calibration",
+        why="the controller's survivals are the drafter's own confidences; a confident but wrong drafter makes it "
+        "over-verify unless they are scaled by the acceptance the target showed",
+        how="instance attribute wrapping the bound method; reads ModelRunnerOutput only (sync scheduling)",
+        remove_when="V1 reports per-request acceptance to a drafter hook",
+    ),
+    PatchPoint(
         name="dynamic_profiles",
-        target="GPUModelRunner.execute_model (per runner instance, first call)",
+        target="GPUModelRunner.execute_model (per runner instance)",
         what="before the first step: the cost profiles of the target and the drafter (measured at their own "
-        "buckets with the runner's dummy runs, or read from the cache / a file) and the controller",
+        "buckets with the runner's dummy runs, or read from the cache / a file) and the controller; every "
+        "step: the scheduler's verified drafts per request (for the calibration)",
         why="the costs are those of this device, dtype and engine under its serving settings: the CPU worker "
         "changes torch's thread count after the KV cache is built (timings taken inside initialize_kv_cache "
         "were ~100x off); between steps is where vLLM runs its own dummy batches",
-        how="instance attribute wrapping the bound method; builds once, then calls through",
+        how="instance attribute wrapping the bound method; builds once, then records "
+        "scheduled_spec_decode_tokens and calls through",
         remove_when="vLLM exposes per-size step timings of target and drafter",
     ),
     PatchPoint(
@@ -480,7 +513,7 @@ def _flush_leaving_requests(runner, scheduler_output) -> None:  # noqa: ANN001
     """Flush every GDN layer's pending records for requests that are about to leave the persistent batch."""
     import torch
 
-    layers = gdn_layers(runner)
+    layers = gdn_layers(runner)  # scanned once the model is built, not every step
     if not layers:
         return
     batch = runner.input_batch

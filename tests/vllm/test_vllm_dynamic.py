@@ -57,8 +57,10 @@ def _profile(path: Path, target: dict, draft: dict) -> str:
     return str(path)
 
 
-def _dynamic(profile: str) -> dict:
-    return {"dynamic": {"mode": "sync", "profile": profile}}
+def _dynamic(profile: str, calibrate: bool = False) -> dict:
+    """Dynamic verification on a given profile; the survival calibration off unless asked for, so the decisions
+    follow the drafter's confidences and the profile alone."""
+    return {"dynamic": {"mode": "sync", "profile": profile, "calibrate": calibrate}}
 
 
 def _check_step_counters(stats: dict, max_batch: int) -> None:
@@ -220,6 +222,32 @@ def test_dspark_budgets_follow_its_confidence_head(engine_dir, tmp_path, models_
         assert set(stats["totals"]) == {"0"} and stats["plain_steps"] == stats["steps"]
         assert stats["skipped_steps"] > 0  # the no-draft option skips the drafter between probes
         assert ours.num_draft_tokens == 0
+
+
+def test_calibration_stops_over_verifying_a_confident_wrong_drafter(
+    engine_dir, tmp_path, dense_low_entropy, plain_dense
+):
+    """The low-entropy drafter is confident (peaked logits) and mostly wrong: on its own confidences the
+    controller verifies drafts that get rejected; calibrated by the acceptance it observes, it verifies fewer,
+    and the output stays plain decoding's."""
+    profile = _profile(tmp_path / "step.json", STEP_TARGET, DRAFT)
+    spec = speculative("dflash", dense_low_entropy)
+    raw = run(engine_dir, dense_low_entropy, speculative=spec, plugin=_dynamic(profile), env=ENV)
+    calibrated = run(
+        engine_dir, dense_low_entropy, speculative=spec, plugin=_dynamic(profile, calibrate=True), env=ENV
+    )
+    assert_matches_plain(plain_dense, calibrated, allow_ties=False)
+    _check_step_counters(calibrated.dynamic, len(PROMPTS))
+    assert raw.dynamic["calibration"] is None
+    factors = calibrated.dynamic["calibration"]
+    assert len(factors) == K and all(f < 1.0 for f in factors)  # observed acceptance below the prediction
+
+    def drafts_per_step(stats: dict) -> float:
+        return sum(int(n) * c for n, c in stats["lengths"].items()) / stats["steps"]
+
+    assert drafts_per_step(calibrated.dynamic) < drafts_per_step(raw.dynamic)
+    accepted_share = [r.num_accepted / r.num_draft_tokens for r in (raw, calibrated) if r.num_draft_tokens]
+    assert accepted_share[0] < 0.5  # the premise: most verified drafts of the raw controller are rejected
 
 
 def test_plugin_without_the_dynamic_key_verifies_every_draft(engine_dir, dense_low_entropy, plain_dense):

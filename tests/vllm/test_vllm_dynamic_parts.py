@@ -56,6 +56,7 @@ def test_dynamic_is_off_unless_given() -> None:
         ({"repeats": 0}, "['dynamic']['repeats'] must be an int >= 1; got 0"),
         ({"warmup": -1}, "['dynamic']['warmup'] must be an int >= 0; got -1"),
         ({"statistic": "mean"}, "['dynamic']['statistic'] must be one of min, median; got 'mean'"),
+        ({"calibrate": 1}, "['dynamic']['calibrate'] must be true or false; got 1"),
         ("sync", "additional_config['ascend_spec']['dynamic'] must be a dict of settings (or true/false)"),
     ],
 )
@@ -228,6 +229,67 @@ def test_draft_lists_are_cut_per_request_in_order() -> None:
     assert trim_draft_token_ids(draft, None) is draft
     with pytest.raises(RuntimeError, match="lengths for 2 requests but the drafter's lists are for 3"):
         trim_draft_token_ids(draft, [1, 1])
+
+
+def test_full_blocks_pass_through_uncut() -> None:
+    from vllm.v1.outputs import DraftTokenIds
+
+    draft = DraftTokenIds(["a", "b"], [[1, 2, 3], [4, 5, 6]])
+    assert trim_draft_token_ids(draft, [3, 3]) is draft
+
+
+def test_calibration_sees_only_the_verified_drafts_of_planned_requests() -> None:
+    """lengths() keeps the raw survivals per request id; begin_step() takes the scheduler's verified drafts;
+    end_step() reads V1's host lists: request "a" verified 2 drafts and accepted 1, "b" verified none, "c" was
+    not planned in this step (it joined later)."""
+    b, k = 2, 3
+    ctl = _controller(k, {1: 1.0, 32: 1.0}, {4: 0.5, 32: 0.5}, q=k + 1)
+    verifier = DynamicVerifier(ctl, None, calibrate=True)
+    head = torch.tensor([[2.0, 1.0, 0.0], [3.0, 3.0, 3.0]])
+    verifier.lengths(DraftScores("head", head, b, k), ["a", "b"])
+    raw = survival_probs(torch.sigmoid(head)).double().numpy()
+    verifier.begin_step({"a": [5, 6], "c": [1, 2, 3]})
+    verifier.end_step(["a", "b", "c"], [[5, 9], [4], [1, 2, 3, 4]])
+    cal = verifier.calibration
+    assert cal.predicted == pytest.approx([raw[0, 0], raw[0, 1], 0.0], rel=1e-6)
+    assert cal.observed.tolist() == [1.0, 0.0, 0.0]
+    assert verifier.stats.as_dict()["calibration"] == [round(float(f), 4) for f in cal.factors]
+    verifier.end_step(["a"], [[5, 9]])  # a step is observed once
+    assert cal.observed.tolist() == [1.0, 0.0, 0.0]
+
+
+def test_zero_draft_steps_sample_plainly_and_reuse_their_metadata() -> None:
+    """The runner hooks of dynamic_plain_sample and dynamic_zero_draft_metadata on a stand-in runner: V1's plain
+    sampler (metadata None) only when no request verifies a draft; the metadata of B one-token requests without
+    drafts built once per B by V1's own function, every other step passed through."""
+    import numpy as np
+
+    from ascend_spec.vllm.dynamic_runner import install_dynamic
+
+    calls: dict[str, list] = {"sample": [], "metadata": []}
+
+    def metadata(num_draft_tokens, cu):  # noqa: ANN001, ANN202
+        calls["metadata"].append(num_draft_tokens.tolist())
+        return SimpleNamespace(max_spec_len=int(num_draft_tokens.max()))
+
+    runner = SimpleNamespace(
+        execute_model=lambda *a: None,
+        propose_draft_token_ids=lambda *a: None,
+        take_draft_token_ids=lambda: None,
+        _input_fits_in_drafter=lambda *a: True,
+        _sample=lambda logits, meta: calls["sample"].append(meta) or "sampled",
+        sample_tokens=lambda *a: None,
+        _calc_spec_decode_metadata=metadata,
+    )
+    install_dynamic(runner)
+    zero = runner._calc_spec_decode_metadata(np.zeros(3, np.int32), np.array([1, 2, 3]))
+    assert runner._calc_spec_decode_metadata(np.zeros(3, np.int32), np.array([1, 2, 3])) is zero
+    drafted = runner._calc_spec_decode_metadata(np.array([0, 2, 1], np.int32), np.array([1, 4, 6]))
+    prefill = runner._calc_spec_decode_metadata(np.zeros(3, np.int32), np.array([1, 9, 10]))
+    assert calls["metadata"] == [[0, 0, 0], [0, 2, 1], [0, 0, 0]]  # the prefill step is not cached
+    assert runner._sample("logits", zero) == "sampled" and runner._sample("logits", drafted) == "sampled"
+    runner._sample("logits", prefill)
+    assert calls["sample"] == [None, drafted, None]
 
 
 def test_bad_score_kind_is_refused() -> None:

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import torch
 
-from ascend_spec.backend import dispatch
+from ascend_spec.backend import dispatch, resolve_backend
 from ascend_spec.checks import FLOAT_DTYPES, check_out_tensor, check_outputs, check_tensor, empty_outputs
 
 OP = "max_softmax_confidence"
@@ -142,8 +142,26 @@ def max_softmax_confidence(
     t = _check_temperature(temperature)
     if out is not None:
         check_out_tensor(out, (logits.shape[0],), torch.float32, logits.device)
+    n, v = logits.shape
+    if 0 < n * v <= REFERENCE_CHUNK_ELEMS and resolve_backend(backend, logits.device, op=OP) == "reference":
+        return _one_chunk_confidence(logits, t, out)
     _, row_sum = _partials(logits, t, backend, OP, None)
     return finalize_confidence(row_sum, out)
+
+
+def _one_chunk_confidence(logits: torch.Tensor, temperature: float, out: torch.Tensor | None) -> torch.Tensor:
+    """The reference when every row fits one workspace chunk (a decode step's draft block): the chunk loop's
+    arithmetic (fp32 copy, row max, subtract, scale, exp, sum) without the loop, the partials' bookkeeping and the
+    finalize masks, which is what a CPU engine step pays for. ``1 / sum`` is the loop's value on every valid row
+    (its sum is >= 1); every broken row lands on NaN (an all ``-inf`` row: ``exp(-inf - -inf)``; ``+inf`` or NaN:
+    NaN), which becomes 0 as the module docstring says."""
+    work = logits.float()
+    work = work - work.amax(dim=-1, keepdim=True)  # never in place: fp32 logits are the caller's tensor
+    if temperature != 1.0:
+        work.mul_(1.0 / temperature)
+    work.exp_()
+    total = torch.sum(work, dim=-1) if out is None else torch.sum(work, dim=-1, out=out)
+    return total.reciprocal_().nan_to_num_(nan=0.0)
 
 
 def max_softmax_partials(

@@ -1,0 +1,85 @@
+"""Survival calibration: the drafter's predicted survivals scaled to the acceptance the target actually showed.
+
+A drafter's confidences are only as good as its calibration: a confident but wrong drafter (peaked draft
+distribution, drafts mostly rejected) predicts survivals near 1 and the controller over-verifies; an
+under-confident one leaves accepted tokens unverified. After every verify step the engine reports, per request,
+how many drafts it verified, how many were accepted, and the survivals that were predicted for them. Per draft
+position i this keeps (exponentially decayed) sums of predicted survival P_i and of observed survival A_i (draft i
+accepted, i.e. at least i+1 drafts accepted), over the requests that verified position i, and plans with
+
+    p'_{b,i} = min(1, p_{b,i} * f_i),   f_i = (A_i + n0) / (P_i + n0),
+
+made non-increasing along K again (a running minimum, so it stays a survival). ``n0`` pseudo-observations at
+ratio 1 keep f = 1 until there is evidence; the defaults (decay 0.95, about the last 20 plans, and n0 = 1) let a
+drafter whose drafts are never accepted fall to f ~ 0.05 (with 0.9 and n0 = 2 the prior held f above 0.18 and a
+confident wrong drafter still looked worth a block at B = 1). Every plan decays the sums (also plans that verify nothing), so
+evidence ages and a drafter that stopped being verified is eventually tried again at its own word: the
+exploration a controller that settled on plain decoding needs to notice a drafter that got better.
+
+Host NumPy on [B, K] numbers: a handful of vector ops per step, no device read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ascend_spec.checks import check_int
+
+
+class SurvivalCalibration:
+    """Per-position acceptance ratios observed / predicted, applied to the next plans (module docstring)."""
+
+    def __init__(self, max_drafts: int, *, decay: float = 0.95, prior: float = 1.0) -> None:
+        self.max_drafts = check_int("max_drafts", max_drafts, minimum=1)
+        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 < decay < 1.0:
+            raise ValueError(f"decay must be a float in (0, 1); got {decay!r}")
+        if isinstance(prior, bool) or not isinstance(prior, (int, float)) or not prior > 0.0:
+            raise ValueError(f"prior must be a positive number of pseudo-observations; got {prior!r}")
+        self.decay = float(decay)
+        self.prior = float(prior)
+        self.predicted = np.zeros(self.max_drafts)
+        self.observed = np.zeros(self.max_drafts)
+        self._positions = np.arange(self.max_drafts)
+
+    @property
+    def factors(self) -> np.ndarray:
+        """f_i per draft position (1 without evidence)."""
+        return (self.observed + self.prior) / (self.predicted + self.prior)
+
+    def apply(self, survival: np.ndarray) -> np.ndarray:
+        """Calibrated ``[B, K]`` survivals (float64, in [0, 1], non-increasing along K); decays the evidence."""
+        s = self._check_rows("survival", survival)
+        self.predicted *= self.decay
+        self.observed *= self.decay
+        out = np.minimum(s * self.factors, 1.0)
+        return np.minimum.accumulate(out, axis=1)
+
+    def observe(self, predicted: np.ndarray, verified: np.ndarray, accepted: np.ndarray) -> None:
+        """One verify step: ``predicted [N, K]`` survivals (as the drafter gave them, before calibration),
+        ``verified [N]`` drafts each request verified, ``accepted [N]`` of them accepted."""
+        p = self._check_rows("predicted", predicted)
+        n = p.shape[0]
+        v = np.asarray(verified, dtype=np.int64)
+        a = np.asarray(accepted, dtype=np.int64)
+        if v.shape != (n,) or a.shape != (n,):
+            raise ValueError(
+                f"verified and accepted must have shape [{n}] (one entry per predicted row); got "
+                f"{list(v.shape)} and {list(a.shape)}"
+            )
+        if not n:
+            return
+        if v.min() < 0 or v.max() > self.max_drafts:
+            raise ValueError(f"verified must lie in [0, {self.max_drafts}]; got {v.tolist()}")
+        if a.min() < 0 or (a > v).any():
+            raise ValueError(
+                f"accepted must lie in [0, verified]; got accepted {a.tolist()}, verified {v.tolist()}"
+            )
+        positions = self._positions[None, :]
+        self.predicted += np.where(positions < v[:, None], p, 0.0).sum(axis=0)
+        self.observed += (positions < a[:, None]).sum(axis=0)  # a <= v: accepted positions were verified
+
+    def _check_rows(self, name: str, values: np.ndarray) -> np.ndarray:
+        s = np.asarray(values, dtype=np.float64)
+        if s.ndim != 2 or s.shape[1] != self.max_drafts:
+            raise ValueError(f"{name} must have shape [N, {self.max_drafts}]; got {list(s.shape)}")
+        return s
