@@ -213,11 +213,11 @@ def main(out: Path) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     assert os.environ.get("TRITON_INTERPRET", "0") != "1", "run without TRITON_INTERPRET"
     _use_pypi_toolchain()
-    from test_triton_gpu_compile import _discover, _record_launches
+    from test_triton_gpu_compile import GPU_ONLY_CASES, _discover, _record_launches
 
     start = time.perf_counter()
     kernels, helpers = _discover()
-    launches = _record_launches(kernels)
+    launches = _record_launches(kernels, skip=GPU_ONLY_CASES)
     probe = _probe(SOCS[0])
     compiles, signatures, seen = [], {}, set()
     for soc in SOCS:

@@ -20,9 +20,10 @@ import torch
 import triton
 import triton.language as tl
 
+from ascend_spec.backend import BackendUnavailableError
 from ascend_spec.gdn.protocol import KernelMode
 from ascend_spec.gdn.triton import zero_uncovered_rows
-from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs
+from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs, is_value_major
 
 
 @triton.jit
@@ -177,6 +178,13 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
     copies); ``out`` is contiguous (checked by the op) and rows no request covers are zeroed by a third small
     launch."""
     pool, state_indices, records, pending = args.state_pool, args.state_indices, args.records, args.pending
+    if pool.device.type == "npu" and is_value_major(pool):
+        # bishengir-compile plans the strided [Dk, tileV] state tile of this layout past the 192 KiB Unified
+        # Buffer (tests/test_triton_ascend_compile.py, GPU_ONLY_CASES); the layout is vLLM's GPU one.
+        raise BackendUnavailableError(
+            "verify_gated_delta_rule: the triton backend does not compile a value-major state_pool (vLLM's GPU "
+            f"layout, slot strides {tuple(pool.stride()[1:])}) for Ascend; pass [HV, Dk, Dv] slots there"
+        )
     num_rows = state_indices.shape[0]
     num_slots, hv, dk, dv = pool.shape
     has_tokens = args.mode == KernelMode.VERIFY
