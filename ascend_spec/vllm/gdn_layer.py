@@ -45,6 +45,13 @@ _op_registered = False
 _step_rows: tuple | None = None
 
 
+def new_step() -> None:
+    """Forget the last step's rows (the runner calls it before each step's states are updated): the cache must
+    never outlive a step, even if an engine reused a metadata object."""
+    global _step_rows
+    _step_rows = None
+
+
 def _register_op() -> None:
     """The core runs as a vLLM custom op (opaque to torch.compile), like the in-tree ``cpu_gdn_attention_core``."""
     global _op_registered
@@ -97,8 +104,7 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
         self.num_spec = 0  # get_state_shape(): a conv state of W-1 columns, no per-draft columns
         self.records = None
         self.conv_records = None
-        self._neg_a = None  # -exp(A_log) in fp32 and dt_bias in fp32, once the weights are loaded
-        self._dt_bias = None
+        self._gate_weights: tuple | None = None  # (weight versions, -exp(A_log) fp32, dt_bias fp32)
         _register_op()
         self._forward_method = self._forward_verify
 
@@ -283,10 +289,11 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
 
     def _gates(self, b: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``g = -exp(A_log) softplus(a + dt_bias)`` and ``beta = sigmoid(b)`` in fp32."""
-        if self._neg_a is None:  # inference weights do not change after loading
-            self._neg_a = -self.A_log.float().exp()
-            self._dt_bias = self.dt_bias.float()
-        return self._neg_a * F.softplus(a.float() + self._dt_bias), b.float().sigmoid()
+        versions = (self.A_log._version, self.dt_bias._version)  # bumped by every in-place (re)load
+        if self._gate_weights is None or self._gate_weights[0] != versions:
+            self._gate_weights = (versions, -self.A_log.float().exp(), self.dt_bias.float())
+        _, neg_a, dt_bias = self._gate_weights
+        return neg_a * F.softplus(a.float() + dt_bias), b.float().sigmoid()
 
     def _verify_spec_rows(
         self,

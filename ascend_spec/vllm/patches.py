@@ -66,8 +66,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         what="commits pending GDN/conv records of requests that leave the batch (finished, preempted, "
         "unscheduled) before vLLM drops them",
         why="deferred commit: a slot's state is complete only after its pending records are replayed",
-        how="instance attribute wrapping the bound method; reads the mamba block table and vLLM's accepted "
-        "counts, then flush_pending on every GDN layer",
+        how="instance attribute wrapping the bound method; forgets the GDN layers' per-step row cache, reads the "
+        "mamba block table and vLLM's accepted counts, then flush_pending on every GDN layer",
         remove_when="the GDN verify lands in vLLM with its own request-lifecycle hook",
     ),
     PatchPoint(
@@ -479,6 +479,9 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
     load_model = runner.load_model
 
     def _update_states_with_flush(self, scheduler_output):  # noqa: ANN001, ANN202
+        from ascend_spec.vllm.gdn_layer import new_step
+
+        new_step()
         _flush_leaving_requests(self, scheduler_output)
         return update_states(scheduler_output)
 
