@@ -69,3 +69,17 @@ def test_bad_e2e_arguments_name_the_flag(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["e2e", "--num-spec", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["ascend-spec e2e: error: --num-spec must be >= 1; got 0"]
+
+
+def test_plugin_row_shows_its_wall_and_cpu_ratio_to_upstream() -> None:
+    up = EngineRun(tokens=[[1, 2, 3, 4]], seconds=2.0, cpu_seconds=1.0)  # 2 tok/s, 4 tok/CPU-s
+    ours = EngineRun(tokens=[[1, 2, 3, 4]], seconds=1.0, cpu_seconds=2.0)  # 4 tok/s, 2 tok/CPU-s
+    rows = [
+        Row("upstream", "dflash", up),
+        Row("ascend-spec", "dflash", ours),
+        Row("ascend-spec", "mtp", ours),
+    ]
+    lines = format_table(rows).splitlines()
+    assert "2.00/0.50" in lines[3]  # wall 4/2, CPU 2/4
+    assert "2.00/0.50" not in lines[4] and " - " in lines[4]  # no upstream mtp row: no ratio
+    assert ours.tokens_per_cpu_second == 2.0 and rows[1].as_dict(None)["cpu_seconds"] == 2.0
