@@ -1,11 +1,15 @@
 """Backend selection shared by every public op.
 
-Each op exists three times: ``reference`` (vectorised PyTorch, the oracle and the CPU path), ``triton`` (GPUs,
-NPUs through triton-ascend, CPU tensors under ``TRITON_INTERPRET=1``) and ``ascendc`` (the AscendC kernels in
-``csrc/``: the compiled extension on NPU tensors, the host model of the AscendC API on CPU tensors).
+Each op exists three times: ``reference`` (vectorised PyTorch, the oracle), ``triton`` (GPUs, NPUs through
+triton-ascend, CPU tensors under ``TRITON_INTERPRET=1``) and ``ascendc`` (the AscendC kernels in ``csrc/``: the
+compiled extension on NPU tensors, the host model of the AscendC API on CPU tensors). A fourth, ``cpu``, is the
+CPU engine's fast path: native C++ kernels (``csrc/cpu/``, compiled with the host compiler at first use) for the
+ops an engine runs per layer and step (:data:`NATIVE_CPU_OPS`: the GDN verify pair, ~200 PyTorch operator calls
+per layer as the reference); for every other op the ``cpu`` entry of :data:`DISPATCH` is its reference, already
+one or a few operator calls.
 
-``auto`` picks by device: NPU -> ascendc when the extension loaded, else triton; CUDA -> triton; CPU ->
-reference. ``ASCEND_SPEC_BACKEND`` overrides ``auto`` (never an explicit choice). An explicit backend that
+``auto`` picks by device: NPU -> ascendc when the extension loaded, else triton; CUDA -> triton; CPU -> cpu for
+:data:`NATIVE_CPU_OPS` when a C++ compiler is on PATH, else reference. ``ASCEND_SPEC_BACKEND`` overrides ``auto`` (never an explicit choice). An explicit backend that
 cannot run here raises :class:`BackendUnavailableError` saying what is missing.
 
 Dispatch: :data:`DISPATCH` holds one table per op (backend name -> ``module:function``); every op folder
@@ -30,14 +34,23 @@ from typing import Any, Literal
 
 import torch
 
-Backend = Literal["reference", "triton", "ascendc"]
-BACKENDS: tuple[str, ...] = ("reference", "triton", "ascendc")
+Backend = Literal["reference", "triton", "ascendc", "cpu"]
+BACKENDS: tuple[str, ...] = ("reference", "triton", "ascendc", "cpu")
+#: Public ops whose ``cpu`` backend is a native kernel of csrc/cpu/ (the others' ``cpu`` entry is their reference).
+NATIVE_CPU_OPS = frozenset(
+    {"verify_gated_delta_rule", "flush_pending", "verify_causal_conv1d", "flush_conv_pending"}
+)
 BACKEND_ENV = "ASCEND_SPEC_BACKEND"
 CHECKS_ENV = "ASCEND_SPEC_CHECKS"
 
 
-def _per_backend(package: str, function: str) -> dict[str, str]:
-    return {b: f"{package}.{b}:{function}" for b in BACKENDS}
+def _per_backend(package: str, function: str, *, native_cpu: bool = False) -> dict[str, str]:
+    """``backend -> module:function`` of one op folder; ``cpu`` is ``cpu.py`` with a native kernel, else the
+    reference."""
+    table = {b: f"{package}.{b}:{function}" for b in BACKENDS}
+    if not native_cpu:
+        table["cpu"] = table["reference"]
+    return table
 
 
 # op -> {backend -> "module:function"}. Each function takes the op's arguments object (and its outputs).
@@ -48,9 +61,11 @@ DISPATCH: dict[str, dict[str, str]] = {
         "ascend_spec.ops.allocate_verify_budget", "allocate_verify_budget"
     ),
     "verify_gated_delta_rule": _per_backend(
-        "ascend_spec.gdn.verify_gated_delta_rule", "verify_gated_delta_rule"
+        "ascend_spec.gdn.verify_gated_delta_rule", "verify_gated_delta_rule", native_cpu=True
     ),
-    "verify_causal_conv1d": _per_backend("ascend_spec.gdn.verify_causal_conv1d", "verify_causal_conv1d"),
+    "verify_causal_conv1d": _per_backend(
+        "ascend_spec.gdn.verify_causal_conv1d", "verify_causal_conv1d", native_cpu=True
+    ),
 }
 
 
@@ -84,8 +99,13 @@ def ascendc_extension_loaded() -> bool:
 
 
 def host_compiler() -> str | None:
-    """The C++ compiler the AscendC host model uses (``CXX`` or g++/clang++ on PATH)."""
-    cxx = os.environ.get("CXX")
+    """The C++ compiler the AscendC host model and the native CPU kernels use (``CXX`` or g++/clang++ on PATH)."""
+    return _find_compiler(os.environ.get("CXX"))
+
+
+@functools.lru_cache(maxsize=8)
+def _find_compiler(cxx: str | None) -> str | None:
+    """PATH lookups cost ~50 us: done once per ``CXX`` value (the cpu backend is resolved every call)."""
     if cxx and shutil.which(cxx):
         return cxx
     for name in ("g++", "clang++"):
@@ -105,7 +125,7 @@ def resolve_backend(backend: str, device: torch.device, *, op: str) -> Backend:
                 raise ValueError(f"{BACKEND_ENV} must be one of {', '.join(BACKENDS)} or auto; got {env!r}")
             backend = env
         else:
-            backend = _auto_backend(device)
+            backend = _auto_backend(device, op)
     _require_runnable(backend, device, op=op)
     return backend  # type: ignore[return-value]
 
@@ -125,11 +145,13 @@ def dispatch(op: str, backend: str, device: torch.device, *, caller: str | None 
     return implementation(op, resolve_backend(backend, device, op=caller or op))
 
 
-def _auto_backend(device: torch.device) -> str:
+def _auto_backend(device: torch.device, op: str) -> str:
     if device.type == "npu":
         return "ascendc" if ascendc_extension_loaded() else "triton"
     if device.type == "cuda":
         return "triton"
+    if device.type == "cpu" and op in NATIVE_CPU_OPS and host_compiler() is not None:
+        return "cpu"
     return "reference"
 
 
@@ -142,6 +164,14 @@ def _require_runnable(backend: str, device: torch.device, *, op: str) -> None:
             f"{where}: meta tensors hold no data for a kernel to run on; use backend='reference' (or 'auto') "
             "to trace shapes, or the AscendC op's Meta implementation (torch.ops._C_ascend_spec) under graph capture"
         )
+    if backend == "cpu":
+        if device.type != "cpu":
+            raise BackendUnavailableError(f"{where}: the cpu backend runs on CPU tensors")
+        if op in NATIVE_CPU_OPS and host_compiler() is None:
+            raise BackendUnavailableError(
+                f"{where} compiles its native kernel (csrc/cpu/), which needs g++ or clang++"
+            )
+        return
     if backend == "triton":
         if not triton_importable():
             raise BackendUnavailableError(f"{where} needs the 'triton' package (pip install triton)")

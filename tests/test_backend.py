@@ -28,6 +28,11 @@ def _extension(monkeypatch, loaded: bool) -> None:
 
 def test_auto_picks_by_device(monkeypatch) -> None:
     assert resolve_backend("auto", CPU, op="op") == "reference"
+    for op in bk.NATIVE_CPU_OPS:  # the native CPU kernels where a compiler can build them, else the reference
+        assert resolve_backend("auto", CPU, op=op) == "cpu"
+        assert resolve_backend("auto", CUDA, op=op) == "triton"
+    monkeypatch.setattr(bk, "host_compiler", lambda: None)
+    assert resolve_backend("auto", CPU, op="verify_gated_delta_rule") == "reference"
     assert resolve_backend("auto", CUDA, op="op") == "triton"
     _extension(monkeypatch, True)
     assert resolve_backend("auto", NPU, op="op") == "ascendc"
@@ -35,7 +40,7 @@ def test_auto_picks_by_device(monkeypatch) -> None:
     assert resolve_backend("auto", NPU, op="op") == "triton"
 
 
-@pytest.mark.parametrize("name", ["reference", "triton", "ascendc"])
+@pytest.mark.parametrize("name", ["reference", "triton", "ascendc", "cpu"])
 def test_env_overrides_auto_only(monkeypatch, name: str) -> None:
     monkeypatch.setenv(bk.BACKEND_ENV, name)
     assert resolve_backend("auto", CPU, op="op") == name
@@ -52,7 +57,7 @@ def test_env_override_must_be_runnable(monkeypatch) -> None:
 
 def test_invalid_names(monkeypatch) -> None:
     with pytest.raises(
-        ValueError, match=r"backend must be one of 'auto', 'reference', 'triton', 'ascendc'; got 'npu'"
+        ValueError, match=r"backend must be one of 'auto', 'reference', 'triton', 'ascendc', 'cpu'; got 'npu'"
     ):
         resolve_backend("npu", CPU, op="op")
     monkeypatch.setenv(bk.BACKEND_ENV, "fast")
@@ -86,13 +91,26 @@ def test_ascendc_unavailable_says_what_is_missing(monkeypatch) -> None:
 
 
 def test_host_compiler_honours_cxx(monkeypatch) -> None:
+    bk._find_compiler.cache_clear()  # the PATH lookup is cached per CXX value
     monkeypatch.setattr(bk.shutil, "which", lambda name: f"/usr/bin/{name}" if name != "g++" else None)
     monkeypatch.setenv("CXX", "my-cxx")
     assert bk.host_compiler() == "my-cxx"
     monkeypatch.delenv("CXX")
     assert bk.host_compiler() == "clang++"  # g++ "missing", clang++ found
+    bk._find_compiler.cache_clear()
     monkeypatch.setattr(bk.shutil, "which", lambda name: None)
     assert bk.host_compiler() is None
+    bk._find_compiler.cache_clear()
+
+
+def test_cpu_backend_unavailable_says_what_is_missing(monkeypatch) -> None:
+    with pytest.raises(BackendUnavailableError, match=r"my_op: backend 'cpu' on cuda tensors: .* runs on CPU"):
+        resolve_backend("cpu", CUDA, op="my_op")
+    assert resolve_backend("cpu", CPU, op="my_op") == "cpu"  # an op without a native kernel: its reference
+    monkeypatch.setattr(bk, "host_compiler", lambda: None)
+    assert resolve_backend("cpu", CPU, op="my_op") == "cpu"
+    with pytest.raises(BackendUnavailableError, match=r"verify_gated_delta_rule: .*needs g\+\+ or clang\+\+"):
+        resolve_backend("cpu", CPU, op="verify_gated_delta_rule")
 
 
 def test_value_checks_env(monkeypatch) -> None:
@@ -129,12 +147,16 @@ def test_ops_route_through_the_resolved_backend(monkeypatch) -> None:
 
 
 def test_every_dispatch_entry_resolves_on_every_backend() -> None:
-    """The dispatch table names real functions: one per op in each op folder's reference/triton/ascendc module."""
+    """The dispatch table names real functions: one per op in each op folder's reference/triton/ascendc module,
+    and cpu.py where the op has a native CPU kernel (else its cpu entry is the reference)."""
+    native = {"verify_gated_delta_rule", "verify_causal_conv1d"}
+    assert native <= bk.NATIVE_CPU_OPS
     for op, table in bk.DISPATCH.items():
         assert set(table) == set(bk.BACKENDS), op
         for backend in bk.BACKENDS:
             fn = bk.implementation(op, backend)
-            assert callable(fn) and fn.__module__.endswith(f".{backend}"), (op, backend)
+            module = "reference" if backend == "cpu" and op not in native else backend
+            assert callable(fn) and fn.__module__.endswith(f".{module}"), (op, backend)
 
 
 def test_check_int_takes_index_types_with_a_minimum() -> None:

@@ -170,7 +170,7 @@ def test_reference_random_sessions(seed, width, max_len):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("backend", ["triton", "ascendc"])
+@pytest.mark.parametrize("backend", ["triton", "ascendc", "cpu"])
 @settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 2**30), width=st.integers(2, 5))
 def test_kernel_random_sessions(backend, seed, width):
@@ -180,7 +180,7 @@ def test_kernel_random_sessions(backend, seed, width):
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("backend", ["triton", "ascendc"])
+@pytest.mark.parametrize("backend", ["triton", "ascendc", "cpu"])
 @pytest.mark.parametrize(
     ("x_dtype", "rec_dtype", "pool_dtype"),
     [

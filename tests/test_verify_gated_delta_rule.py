@@ -209,7 +209,7 @@ def test_session_matches_fla(backend, dtype, l2norm, scale):
 
 
 # Backends that take the value-major pool (vLLM's GPU layout); AscendC refuses it (test_verify_gated_delta_rule_errors).
-VALUE_MAJOR_BACKENDS = ("reference", "triton")
+VALUE_MAJOR_BACKENDS = ("reference", "triton", "cpu")
 
 
 @pytest.mark.parametrize("backend", VALUE_MAJOR_BACKENDS)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from ascend_spec.vllm.ascend.settings import VllmAscendSettings, parse_vllm_ascend
 
 CONFIG_KEY = "ascend_spec"
-BACKENDS = ("auto", "reference", "triton", "ascendc")
+BACKENDS = ("auto", "reference", "triton", "ascendc", "cpu")
 DYNAMIC_MODES = ("sync", "off")
 PROFILE_STATISTICS = ("min", "median")
 
@@ -101,8 +101,9 @@ class AscendSpecConfig:
     * ``dspark``: ``speculative_config={"method": "dspark"}`` runs on Model Runner V1 (vLLM refuses it there):
       vLLM's DSpark model class drafts Q = K positions from the anchor, with its Markov and confidence heads;
       block inputs always come from ``prepare_block_slots`` (docs/vllm.md, DSpark).
-    * ``backend``: backend of every op the plugin calls (``auto``: reference on CPU, triton on CUDA, ascendc on
-      NPU; ``ASCEND_SPEC_BACKEND`` overrides ``auto`` as for the ops themselves).
+    * ``backend``: backend of every op the plugin calls (``auto``: on CPU the native kernels of the GDN pair and
+      the reference elsewhere, triton on CUDA, ascendc on NPU; ``ASCEND_SPEC_BACKEND`` overrides ``auto`` as for
+      the ops themselves).
     * ``vllm_ascend``: the vllm-ascend adapter's settings (:mod:`ascend_spec.vllm.ascend.settings`).
     * ``dynamic``: dynamic verification (:class:`DynamicConfig`; off unless given).
     """

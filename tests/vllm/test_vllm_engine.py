@@ -26,7 +26,7 @@ from ascend_spec.gdn import conv_record_bytes_per_slot, record_bytes_per_slot
 
 pytestmark = pytest.mark.slow
 
-PLUGIN = {}  # enabled with defaults: ragged GDN verification, DFlash block slots, backend auto (reference)
+PLUGIN = {}  # enabled with defaults: ragged GDN verification, DFlash block slots, backend auto (native cpu GDN kernels)
 
 
 @pytest.fixture(scope="module")
@@ -211,9 +211,10 @@ def test_random_sampling_accepts_every_draft_of_a_point_mass_target(engine_dir, 
     assert ours.num_accepted == ours.num_draft_tokens
 
 
-@pytest.mark.parametrize("backend", ["triton", "ascendc"])
+@pytest.mark.parametrize("backend", ["triton", "ascendc", "reference"])
 def test_short_engine_run_on_each_kernel_backend(engine_dir, hybrid_low_entropy, plain_hybrid_le, backend):
-    """Triton kernels under TRITON_INTERPRET=1 and AscendC kernels through the host model, inside the engine."""
+    """Triton kernels under TRITON_INTERPRET=1, AscendC kernels through the host model and the PyTorch reference,
+    inside the engine (the other engine tests run auto: the native cpu kernels)."""
     prompts, lengths = PROMPTS[:2], [6, 4]
     ours = run(
         engine_dir,
