@@ -104,7 +104,9 @@ def test_host_compiler_honours_cxx(monkeypatch) -> None:
 
 
 def test_cpu_backend_unavailable_says_what_is_missing(monkeypatch) -> None:
-    with pytest.raises(BackendUnavailableError, match=r"my_op: backend 'cpu' on cuda tensors: .* runs on CPU"):
+    with pytest.raises(
+        BackendUnavailableError, match=r"my_op: backend 'cpu' on cuda tensors: .* runs on CPU"
+    ):
         resolve_backend("cpu", CUDA, op="my_op")
     assert resolve_backend("cpu", CPU, op="my_op") == "cpu"  # an op without a native kernel: its reference
     monkeypatch.setattr(bk, "host_compiler", lambda: None)

@@ -89,7 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="built-in dense target that always emits one token, with a DFlash drafter that is always right",
     )
     p.add_argument("--repeats", type=int, default=3, help="timed runs per engine, best kept (default 3)")
-    p.add_argument("--backend", default="auto", help="plugin op backend: auto, reference, triton, ascendc, cpu")
+    p.add_argument(
+        "--backend", default="auto", help="plugin op backend: auto, reference, triton, ascendc, cpu"
+    )
     p.add_argument("--models-dir", type=Path, default=None, help="where built-in models are written")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the rows as JSON")
     p.add_argument(
