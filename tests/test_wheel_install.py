@@ -39,6 +39,18 @@ surv = survival_probs(torch.rand(6, 5, generator=torch.Generator().manual_seed(0
 got = allocate_verify_budget(surv, 9, backend="ascendc")
 want = allocate_verify_budget(surv, 9, backend="reference")
 assert torch.equal(got.num_drafts, want.num_drafts) and torch.equal(got.draft_index, want.draft_index)
+from ascend_spec.cpu import native
+from ascend_spec.gdn import allocate_conv_records, verify_causal_conv1d
+assert str(native.CPU_KERNELS_DIR).startswith(str(CSRC_DIR))
+gen = torch.Generator().manual_seed(1)
+x, w = torch.randn(5, 8, generator=gen), torch.randn(8, 3, generator=gen)
+ys = []
+for backend in ("cpu", "reference"):  # the native kernel compiled from the installed csrc/cpu
+    pool, rec = torch.zeros(2, 8, 2), allocate_conv_records(2, 5, 8, 3, dtype=torch.float32)
+    ys.append(verify_causal_conv1d(x, w, None, cu_seqlens=torch.tensor([0, 5]), conv_state_pool=pool,
+              state_indices=torch.tensor([1]), records=rec, pending=torch.zeros(1, dtype=torch.int32),
+              backend=backend))
+torch.testing.assert_close(ys[0], ys[1])
 print("installed at", here)
 """
 
