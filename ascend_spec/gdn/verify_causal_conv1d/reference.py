@@ -2,8 +2,9 @@
 
 Each tap of each token reads either a token of its row or the row's committed state (the last W-1 entries of
 pool state ++ recorded inputs): one gather of every token's W source rows and a weighted sum over the taps, for
-every row at once, in cache-sized channel blocks. It is also the CPU engine's verify path: no convolution
-primitive (a depthwise conv over a few tokens costs more in its setup than in its arithmetic).
+every row at once, in cache-sized channel blocks. It was the CPU engine's verify path before the native kernel
+(``cpu.py``): no convolution primitive (a depthwise conv over a few tokens costs more in its setup than in its
+arithmetic).
 """
 
 from __future__ import annotations

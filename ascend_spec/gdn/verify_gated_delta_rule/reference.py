@@ -3,8 +3,9 @@
 The commit of pending records is closed-form (:func:`replay_states`: one matmul of rank n, no loop, stable for
 every ``g <= 0`` including ``-inf``), applied to the pool in place; this call's tokens run in chunk form
 (:func:`_chunk`: one projection of the committed state, a unit lower-triangular solve over the call's tokens, no
-loop over tokens). It is also the CPU engine's verify path, so it is written for few passes over the states and
-few operator calls (docs/verify_gated_delta_rule.md, "CPU engine path").
+loop over tokens). It was the CPU engine's verify path before the native kernel (``cpu.py``, the same math), so
+it is written for few passes over the states and few operator calls (docs/verify_gated_delta_rule.md, "CPU engine
+path").
 """
 
 from __future__ import annotations
@@ -229,7 +230,7 @@ def _verify(args: GatedDeltaRuleArgs, o: torch.Tensor) -> None:
     # 1) commit pending records into the pool (one state write where something is pending), then [q; k] @ S.
     bank = records.bank.index_select(0, slots).long()
     n_rep = torch.minimum(pending_r.long().clamp(min=0), records.num_recorded.index_select(0, slots).long())
-    n_list = n_rep.tolist()  # host values (the reference is the CPU path; a device run syncs here)
+    n_list = n_rep.tolist()  # host values (a CPU path; a device run syncs here)
     factors = None
     if any(n > 0 for n in n_list):
         factors = _replay_factors(records.k[slots, bank], records.g[slots, bank], records.u[slots], n_rep)
