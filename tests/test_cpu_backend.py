@@ -1,0 +1,107 @@
+"""The cpu backend's native kernels (csrc/cpu/) at the CPU engine's shapes against the reference.
+
+The ops' session tests run every backend (cpu included) against transformers / fla / float64 on small heads;
+here: the engine's real layer shapes (GQA H = 2, HV = 4, Dk = Dv = 128: the kernels' 16-column register blocks
+and 8-row blocks of [q; k] with their tails), q/k/v as the strided column views of the conv output the layer
+passes, ragged and fixed-K steps with pending commits, both state layouts, one and two OpenMP threads; plus the
+argument struct's size check.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ascend_spec.cpu import native
+from ascend_spec.gdn import (
+    allocate_conv_records,
+    allocate_records,
+    flush_pending,
+    verify_causal_conv1d,
+    verify_gated_delta_rule,
+)
+from tests.helpers import assert_close
+
+H, HV, D, W, S, CAP = 2, 4, 128, 4, 7, 6
+C = 2 * H * D + HV * D
+
+
+class Layer:
+    """One GDN layer's conv + delta-rule state, driven step by step on one backend."""
+
+    def __init__(self, backend: str, value_major: bool, gen: torch.Generator) -> None:
+        self.backend = backend
+        self.weight = torch.randn(C, W, generator=gen).bfloat16()
+        self.bias = torch.randn(C, generator=gen).bfloat16()
+        self.conv_pool = torch.randn(S, C, W - 1, generator=gen).bfloat16()
+        state = torch.randn(S, HV, D, D, generator=gen) * 0.1
+        self.pool = state.transpose(-1, -2).contiguous().transpose(-1, -2) if value_major else state
+        self.rec = allocate_records(S, CAP, HV, D, D, num_k_heads=H)
+        self.conv_rec = allocate_conv_records(S, CAP, C, W)
+
+    def step(self, x, a, b, cu, slots, pending):
+        y = verify_causal_conv1d(
+            x, self.weight, self.bias, cu_seqlens=cu, conv_state_pool=self.conv_pool, state_indices=slots,
+            records=self.conv_rec, pending=pending, backend=self.backend,
+        )  # fmt: skip
+        t = y.shape[0]
+        q, k, v = y.split([H * D, H * D, HV * D], dim=-1)  # strided views, as the engine's layer passes them
+        g = -torch.nn.functional.softplus(a.float())
+        o = verify_gated_delta_rule(
+            q.view(t, H, D), k.view(t, H, D), v.view(t, HV, D), g, b.float().sigmoid(), cu_seqlens=cu,
+            state_pool=self.pool, state_indices=slots, records=self.rec, pending=pending, use_qk_l2norm=True,
+            backend=self.backend,
+        )  # fmt: skip
+        return y, o
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("value_major", [False, True], ids=["key_major", "value_major"])
+def test_engine_shaped_session_matches_reference(threads, value_major):
+    gen = torch.Generator().manual_seed(threads * 10 + int(value_major))
+    layers = [
+        Layer(backend, value_major, torch.Generator().manual_seed(5)) for backend in ("cpu", "reference")
+    ]
+    steps = [  # (slots, lengths): fixed-K, ragged with a zero-length row and a padding row, 1-row, reordered
+        ([0, 3, 5], [4, 4, 4]),
+        ([3, 0, -1, 5], [2, 4, 0, 3]),
+        ([5], [6]),
+        ([5, 3, 0, 1], [1, 0, 4, 5]),
+        ([1, 0, 3, 5], [4, 4, 4, 4]),
+    ]
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        accepted: dict[int, int] = {}
+        for slot_list, lens in steps:
+            slots = torch.tensor(slot_list, dtype=torch.int32)
+            cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+            pending = torch.tensor([accepted.get(s, 0) for s in slot_list], dtype=torch.int32)
+            t = int(cu[-1])
+            x = torch.randn(t, C, generator=gen).bfloat16()
+            a, b = torch.randn(t, HV, generator=gen).bfloat16(), torch.randn(t, HV, generator=gen).bfloat16()
+            (y_cpu, o_cpu), (y_ref, o_ref) = (layer.step(x, a, b, cu, slots, pending) for layer in layers)
+            assert_close(y_cpu.float(), y_ref.float(), rtol=1e-2, atol=1e-2)  # bf16 outputs
+            assert_close(o_cpu.float(), o_ref.float(), rtol=2e-2, atol=2e-3)
+            assert_close(layers[0].pool, layers[1].pool, rtol=1e-4, atol=1e-5)
+            assert torch.equal(layers[0].conv_pool, layers[1].conv_pool)  # the conv commit is a copy
+            for s, n in zip(slot_list, lens):
+                if s >= 0 and n > 0:
+                    accepted[s] = int(torch.randint(1, n + 1, (1,), generator=gen))
+        rows = torch.tensor(sorted(accepted), dtype=torch.int32)
+        pend = torch.tensor([accepted[int(s)] for s in rows], dtype=torch.int32)
+        for layer in layers:
+            flush_pending(layer.pool, rows, layer.rec, pend.clone(), backend=layer.backend)
+            flush_pending(layer.conv_pool, rows, layer.conv_rec, pend.clone(), backend=layer.backend)
+        assert_close(layers[0].pool, layers[1].pool, rtol=1e-4, atol=1e-5)
+        assert torch.equal(layers[0].conv_pool, layers[1].conv_pool)
+        for got, want in zip(layers[0].rec.tensors()[3:], layers[1].rec.tensors()[3:]):
+            assert torch.equal(got, want)  # bank and counts
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_struct_mirror_mismatch_is_refused():
+    wrong = native.arguments_struct("TooShort", ("mode",))
+    with pytest.raises(RuntimeError, match="no longer matches the C\\+\\+ struct"):
+        native.entry("verify_causal_conv1d", wrong)
