@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 
 import torch
 
-from ascend_spec.backend import BACKENDS, BackendUnavailableError, resolve_backend, value_checks_enabled
+from ascend_spec.backend import (
+    BACKENDS,
+    CHECKS_ENV,
+    BackendUnavailableError,
+    resolve_backend,
+    value_checks_enabled,
+)
 from ascend_spec.cli_args import (
     CommandError,
     check_distinct_outputs,
@@ -139,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(str(e)) from None
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    # Time the ops as an engine runs them: the plugin turns the value checks (host reads) off in engine processes
+    # unless ASCEND_SPEC_CHECKS is set, and so does the bench.
+    os.environ.setdefault(CHECKS_ENV, "0")
+    checks = "on" if value_checks_enabled(torch.device(device)) else "off"
     ctx = BenchContext(device=device, warmup=warmup, repeats=repeats, quick=args.quick, backend=args.backend)
     bandwidth = None
     if args.plot is not None:
@@ -146,7 +157,10 @@ def run(args: argparse.Namespace) -> int:
 
         bandwidth = device_bandwidth(device)
     rows = run_cases(ctx, args.case)
-    print(f"ascend-spec bench on {device} (torch {torch.__version__}, {torch.get_num_threads()} threads)")
+    print(
+        f"ascend-spec bench on {device} (torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"value checks {checks})"
+    )
     print(format_table(rows))
     if args.json is not None:
         with writing("--json", args.json):
