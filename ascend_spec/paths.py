@@ -7,6 +7,7 @@ tree or an editable install (``pip install -e .``) reads them next to the packag
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -19,3 +20,15 @@ def _data_dir(name: str) -> Path:
 
 CSRC_DIR = _data_dir("csrc")
 CONFIGS_DIR = _data_dir("configs")
+
+#: Where compiled kernel libraries are cached (host model, native CPU kernels): ``$ASCEND_SPEC_CACHE_DIR`` or
+#: ``~/.cache/ascend_spec``.
+CACHE_ENV = "ASCEND_SPEC_CACHE_DIR"
+
+
+def cache_dir(name: str) -> Path:
+    """``<cache root>/<name>``, created if missing."""
+    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "ascend_spec")
+    path = Path(root) / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -23,12 +23,11 @@ from pathlib import Path
 import torch
 
 from ascend_spec.backend import BackendUnavailableError, host_compiler
-from ascend_spec.paths import CSRC_DIR
+from ascend_spec.paths import CSRC_DIR, cache_dir
 
 HOST_MODEL_DIR = CSRC_DIR / "host_model"
 KERNELS_DIR = CSRC_DIR / "kernels"
 SOC_ENV = "ASCEND_SPEC_HOST_MODEL_SOC"
-CACHE_ENV = "ASCEND_SPEC_CACHE_DIR"
 
 
 @dataclass(frozen=True)
@@ -104,13 +103,6 @@ def soc_spec(name: str | None = None) -> SocSpec:
     return SOCS[name]
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "ascend_spec")
-    path = Path(root) / "host_model"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def _source_hash(source: Path, compiler: str) -> str:
     digest = hashlib.sha256(compiler.encode())
     files = sorted(HOST_MODEL_DIR.glob("*.h")) + sorted(KERNELS_DIR.glob("*.h")) + [source]
@@ -135,7 +127,7 @@ def load_kernel(kernel: str | Path) -> ctypes.CDLL:
     if compiler is None:
         raise BackendUnavailableError("the AscendC host model needs a C++ compiler (g++ or clang++) on PATH")
     source = kernel_source(kernel)
-    target = _cache_dir() / f"{source.stem}-{_source_hash(source, compiler)}.so"
+    target = cache_dir("host_model") / f"{source.stem}-{_source_hash(source, compiler)}.so"
     if not target.exists():
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             tmp_lib = Path(tmp) / target.name

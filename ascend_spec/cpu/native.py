@@ -23,10 +23,9 @@ from pathlib import Path
 import torch
 
 from ascend_spec.backend import BackendUnavailableError, host_compiler
-from ascend_spec.paths import CSRC_DIR
+from ascend_spec.paths import CSRC_DIR, cache_dir
 
 CPU_KERNELS_DIR = CSRC_DIR / "cpu"
-CACHE_ENV = "ASCEND_SPEC_CACHE_DIR"
 FLAGS = ("-std=c++17", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-Wall", "-Werror=return-type")
 
 # Dtype codes of csrc/cpu/cpu_common.h (the same as the AscendC kernels') and its index codes.
@@ -48,13 +47,6 @@ def _cpu_features() -> str:
     return platform.machine() + platform.processor()
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "ascend_spec")
-    path = Path(root) / "cpu"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def _library_hash(source: Path, compiler: str) -> str:
     digest = hashlib.sha256(" ".join((compiler, *FLAGS, _cpu_features())).encode())
     for path in [*sorted(CPU_KERNELS_DIR.glob("*.h")), source]:
@@ -74,7 +66,7 @@ def load(kernel: str) -> ctypes.CDLL:
     source = CPU_KERNELS_DIR / f"{kernel}.cpp"
     if not source.is_file():
         raise FileNotFoundError(f"no native CPU kernel source {source}")
-    target = _cache_dir() / f"{kernel}-{_library_hash(source, compiler)}.so"
+    target = cache_dir("cpu") / f"{kernel}-{_library_hash(source, compiler)}.so"
     if not target.exists():
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             tmp_lib = Path(tmp) / target.name

@@ -198,6 +198,54 @@ inline int64_t load_index(const void* base, int64_t code, int64_t i, int64_t str
                       : static_cast<int64_t>(static_cast<const int32_t*>(base)[i * stride]);
 }
 
+// The rows of one GDN-pair call: row b's state slot (owned when in [0, S); other indices are padding) and, in a
+// verify call (cu_seqlens given), its tokens [start, start + len) with cu_seqlens clamped to the T tokens.
+// all_written(): the owned rows cover every output row back to back (else a kernel zeroes its outputs first,
+// as the reference does, so uncovered and padding rows read zeros).
+class RowScan {
+ public:
+  struct Span {
+    int64_t slot, start, len;
+    bool owned;
+  };
+
+  RowScan(int64_t idx, int64_t idx_dtype, int64_t idx_s0, int64_t num_slots, int64_t cu, int64_t cu_dtype,
+          int64_t cu_s0, int64_t num_tokens)
+      : idx_(reinterpret_cast<const void*>(idx)), idx_dtype_(idx_dtype), idx_s0_(idx_s0), num_slots_(num_slots),
+        cu_(reinterpret_cast<const void*>(cu)), cu_dtype_(cu_dtype), cu_s0_(cu_s0), num_tokens_(num_tokens) {}
+
+  Span at(int64_t b) {
+    const int64_t slot = load_index(idx_, idx_dtype_, b, idx_s0_);
+    Span span{slot, 0, 0, slot >= 0 && slot < num_slots_};
+    if (cu_ != nullptr) {
+      span.start = clamp_token(load_index(cu_, cu_dtype_, b, cu_s0_));
+      const int64_t end = clamp_token(load_index(cu_, cu_dtype_, b + 1, cu_s0_));
+      span.len = end - span.start;
+      covered_ = covered_ && span.start == expect_ && span.len >= 0 && (span.owned || span.len == 0);
+      expect_ = end > expect_ ? end : expect_;
+    }
+    return span;
+  }
+
+  bool all_written() const { return covered_ && expect_ == num_tokens_; }
+
+ private:
+  int64_t clamp_token(int64_t t) const { return t < 0 ? 0 : (t > num_tokens_ ? num_tokens_ : t); }
+
+  const void* idx_;
+  int64_t idx_dtype_, idx_s0_, num_slots_;
+  const void* cu_;
+  int64_t cu_dtype_, cu_s0_, num_tokens_;
+  bool covered_ = true;
+  int64_t expect_ = 0;
+};
+
+// min(max(pending, 0), recorded clamped to [0, capacity]): the records a commit may replay (never stale ones).
+inline int64_t replay_count(int64_t pending, int64_t recorded, int64_t capacity) {
+  const int64_t rec = recorded < 0 ? 0 : (recorded > capacity ? capacity : recorded);
+  return pending < 0 ? 0 : (pending < rec ? pending : rec);
+}
+
 // One parallel loop over `n` independent work items on `threads` threads (no region for a single thread).
 template <typename F>
 inline void parallel_for(int64_t n, int64_t threads, F&& body) {

@@ -108,27 +108,16 @@ int run(const ConvArgs& a) {
   const bool verify = a.mode == 0;
   std::vector<Row> rows;
   rows.reserve(static_cast<size_t>(a.num_rows));
-  bool covered = true;
-  int64_t expect = 0;
+  RowScan scan(a.state_indices, a.idx_dtype, a.idx_s0, a.num_slots, verify ? a.cu_seqlens : 0, a.cu_dtype,
+               a.cu_s0, a.num_tokens);
   for (int64_t b = 0; b < a.num_rows; ++b) {
-    const int64_t slot = load_index(reinterpret_cast<const void*>(a.state_indices), a.idx_dtype, b, a.idx_s0);
-    const bool owned = slot >= 0 && slot < a.num_slots;
-    int64_t start = 0, len = 0;
-    if (verify) {
-      const void* cu = reinterpret_cast<const void*>(a.cu_seqlens);
-      start = std::clamp<int64_t>(load_index(cu, a.cu_dtype, b, a.cu_s0), 0, a.num_tokens);
-      const int64_t end = std::clamp<int64_t>(load_index(cu, a.cu_dtype, b + 1, a.cu_s0), 0, a.num_tokens);
-      len = end - start;
-      covered = covered && start == expect && len >= 0 && (owned || len == 0);
-      expect = std::max(end, expect);
-    }
-    if (!owned) continue;
+    const RowScan::Span span = scan.at(b);
+    if (!span.owned) continue;
     const int64_t p = pending[b * a.pending_s0];
-    const int64_t n = std::min<int64_t>(std::max<int64_t>(p, 0),
-                                        std::min<int64_t>(std::max<int32_t>(recorded[slot], 0), a.capacity));
-    if (verify ? len > 0 : p > 0) rows.push_back({slot, start, len, n});
+    const int64_t n = replay_count(p, recorded[span.slot], a.capacity);
+    if (verify ? span.len > 0 : p > 0) rows.push_back({span.slot, span.start, span.len, n});
   }
-  if (verify && !(covered && expect == a.num_tokens)) {
+  if (verify && !scan.all_written()) {
     std::memset(reinterpret_cast<void*>(a.out), 0,
                 static_cast<size_t>(a.num_tokens * a.channels) * (a.x_dtype == kF32 ? 4 : 2));
   }
@@ -157,9 +146,10 @@ int run(const ConvArgs& a) {
   if (verify) {
     for (const Row& r : rows) recorded[r.slot] = static_cast<int32_t>(std::min(r.len, a.capacity));
   } else {
+    RowScan owners(a.state_indices, a.idx_dtype, a.idx_s0, a.num_slots, 0, 0, 0, 0);
     for (int64_t b = 0; b < a.num_rows; ++b) {
-      const int64_t slot = load_index(reinterpret_cast<const void*>(a.state_indices), a.idx_dtype, b, a.idx_s0);
-      if (slot >= 0 && slot < a.num_slots) recorded[slot] = 0;
+      const RowScan::Span span = owners.at(b);
+      if (span.owned) recorded[span.slot] = 0;
       if (a.mode == 2) pending[b * a.pending_s0] = 0;
     }
   }
