@@ -5,8 +5,8 @@ triton-ascend, CPU tensors under ``TRITON_INTERPRET=1``) and ``ascendc`` (the As
 compiled extension on NPU tensors, the host model of the AscendC API on CPU tensors). A fourth, ``cpu``, is the
 CPU engine's fast path: native C++ kernels (``csrc/cpu/``, compiled with the host compiler at first use) for the
 ops an engine runs per layer and step (:data:`NATIVE_CPU_OPS`: the GDN verify pair, ~200 PyTorch operator calls
-per layer as the reference, and the drafter's ``prepare_block_slots``, ~40); for every other op the ``cpu`` entry
-of :data:`DISPATCH` is its reference, already one or a few operator calls.
+per layer as the reference, the drafter's ``prepare_block_slots``, ~40, and dynamic verification's
+``max_softmax_confidence``); for every other op the ``cpu`` entry of :data:`DISPATCH` is its reference.
 
 ``auto`` picks by device: NPU -> ascendc when the extension loaded, else triton; CUDA -> triton; CPU -> cpu for
 :data:`NATIVE_CPU_OPS` when a C++ compiler is on PATH, else reference. ``ASCEND_SPEC_BACKEND`` overrides ``auto`` (never an explicit choice). An explicit backend that
@@ -40,6 +40,8 @@ BACKENDS: tuple[str, ...] = ("reference", "triton", "ascendc", "cpu")
 NATIVE_CPU_OPS = frozenset(
     {
         "prepare_block_slots",
+        "max_softmax_confidence",
+        "max_softmax_partials",
         "verify_gated_delta_rule",
         "flush_pending",
         "verify_causal_conv1d",
@@ -64,7 +66,9 @@ DISPATCH: dict[str, dict[str, str]] = {
     "prepare_block_slots": _per_backend(
         "ascend_spec.ops.prepare_block_slots", "prepare_block_slots", native_cpu=True
     ),
-    "max_softmax_partials": _per_backend("ascend_spec.ops.max_softmax_confidence", "max_softmax_partials"),
+    "max_softmax_partials": _per_backend(
+        "ascend_spec.ops.max_softmax_confidence", "max_softmax_partials", native_cpu=True
+    ),
     "allocate_verify_budget": _per_backend(
         "ascend_spec.ops.allocate_verify_budget", "allocate_verify_budget"
     ),

@@ -151,7 +151,12 @@ def test_ops_route_through_the_resolved_backend(monkeypatch) -> None:
 def test_every_dispatch_entry_resolves_on_every_backend() -> None:
     """The dispatch table names real functions: one per op in each op folder's reference/triton/ascendc module,
     and cpu.py where the op has a native CPU kernel (else its cpu entry is the reference)."""
-    native = {"prepare_block_slots", "verify_gated_delta_rule", "verify_causal_conv1d"}
+    native = {
+        "prepare_block_slots",
+        "max_softmax_partials",
+        "verify_gated_delta_rule",
+        "verify_causal_conv1d",
+    }
     assert native <= bk.NATIVE_CPU_OPS
     for op, table in bk.DISPATCH.items():
         assert set(table) == set(bk.BACKENDS), op

@@ -19,8 +19,8 @@ from ascend_spec.ops.max_softmax_confidence import REFERENCE_CHUNK_ELEMS
 INF = float("inf")
 # The host model's ReduceSum accumulates sequentially in fp32 (the chip reduces pairwise), so over 8192-element
 # tiles its rounding error is ~sqrt(8192) ulp instead of ~log2(V) ulp: a looser bound for that backend only.
-# cpu: the reference (the op has no native kernel)
-RTOL = {"reference": 2e-6, "triton": 2e-6, "ascendc": 3e-5, "cpu": 2e-6}
+# cpu sums a vectorised exp (Cephes polynomial, within 2 ulp)
+RTOL = {"reference": 2e-6, "triton": 2e-6, "ascendc": 3e-5, "cpu": 4e-6}
 
 
 def oracle(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

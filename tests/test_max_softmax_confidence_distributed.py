@@ -19,8 +19,8 @@ N, V = 9, 1003
 SPLIT = 600  # uneven shards: rank 0 holds 600 columns, rank 1 holds 403
 TEMPERATURE = 0.9
 
-# cpu: the reference (the op has no native kernel); host-model ReduceSum adds sequentially
-RTOL = {"reference": 2e-6, "triton": 2e-6, "ascendc": 3e-5, "cpu": 2e-6}
+# host-model ReduceSum adds sequentially; cpu sums a vectorised exp (Cephes polynomial, within 2 ulp)
+RTOL = {"reference": 2e-6, "triton": 2e-6, "ascendc": 3e-5, "cpu": 4e-6}
 
 
 def make_logits() -> torch.Tensor:

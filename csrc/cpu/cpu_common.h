@@ -157,9 +157,11 @@ inline v8 load8(const float* p) {
 inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof(v)); }
 
 // e^x of eight floats (Cephes' expf: range reduction by ln 2 in two parts, degree-6 polynomial, 2^n from the
-// exponent bits; within 2 ulp of expf over its range, inputs clamped to +-88.376).
+// exponent bits; within 2 ulp of expf over its range): 0 below -87.3 (e^x would be subnormal; -inf included),
+// inputs above 88.376 clamped there, NaN stays NaN.
 inline v8 exp8(v8 x) {
-  const v8 hi = v8{} + 88.3762626647949f, lo = v8{} - 88.3762626647949f;
+  const v8 hi = v8{} + 88.3762626647949f, lo = v8{} - 87.3365447504f;
+  const v8i under = x < lo;
   x = x > hi ? hi : x;
   x = x < lo ? lo : x;
   v8 fx = x * 1.44269504088896341f + 0.5f;
@@ -179,7 +181,7 @@ inline v8 exp8(v8 x) {
   const v8i bits = (n + 127) << 23;
   v8 scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
+  return under ? v8{} : y * scale;
 }
 
 // x * sigmoid(x) = x / (1 + e^-x) in place (vLLM's and torch's SiLU).

@@ -143,8 +143,15 @@ def max_softmax_confidence(
     if out is not None:
         check_out_tensor(out, (logits.shape[0],), torch.float32, logits.device)
     n, v = logits.shape
-    if 0 < n * v <= REFERENCE_CHUNK_ELEMS and resolve_backend(backend, logits.device, op=OP) == "reference":
+    resolved = resolve_backend(backend, logits.device, op=OP)
+    if 0 < n * v <= REFERENCE_CHUNK_ELEMS and resolved == "reference":
         return _one_chunk_confidence(logits, t, out)
+    if resolved == "cpu":  # the native kernel finalizes in the same call
+        from ascend_spec.ops.max_softmax_confidence import cpu
+
+        if out is None:
+            out = torch.empty(n, dtype=torch.float32, device=logits.device)
+        return cpu.max_softmax_confidence(logits, t, out)
     _, row_sum = _partials(logits, t, backend, OP, None)
     return finalize_confidence(row_sum, out)
 
