@@ -105,3 +105,25 @@ def test_struct_mirror_mismatch_is_refused():
     wrong = native.arguments_struct("TooShort", ("mode",))
     with pytest.raises(RuntimeError, match="no longer matches the C\\+\\+ struct"):
         native.entry("verify_causal_conv1d", wrong)
+
+
+def test_builds_without_openmp_when_the_toolchain_lacks_it(tmp_path):
+    """A failed build is reported with its command; the single-threaded fallback (simd pragmas only) builds a
+    library with the same arguments struct."""
+    import ctypes
+
+    from ascend_spec.backend import host_compiler
+
+    compiler = host_compiler()
+    source = native.CPU_KERNELS_DIR / "verify_causal_conv1d.cpp"
+    errors: list[str] = []
+    assert not native._build(compiler, (*native.FLAGS, "-fno-such-flag"), source, tmp_path / "bad.so", errors)
+    assert len(errors) == 1 and "-fno-such-flag" in errors[0]
+    assert native.THREADING[-1] == ("-fopenmp-simd",)
+    target = tmp_path / "simd.so"
+    assert native._build(compiler, (*native.FLAGS, *native.THREADING[-1]), source, target, errors)
+    lib = ctypes.CDLL(str(target))
+    lib.verify_causal_conv1d_args_bytes.restype = ctypes.c_uint64
+    from ascend_spec.gdn.verify_causal_conv1d.cpu import Arguments
+
+    assert lib.verify_causal_conv1d_args_bytes() == ctypes.sizeof(Arguments)

@@ -26,7 +26,9 @@ from ascend_spec.backend import BackendUnavailableError, host_compiler
 from ascend_spec.paths import CSRC_DIR, cache_dir
 
 CPU_KERNELS_DIR = CSRC_DIR / "cpu"
-FLAGS = ("-std=c++17", "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-Wall", "-Werror=return-type")
+FLAGS = ("-std=c++17", "-O3", "-march=native", "-shared", "-fPIC", "-Wall", "-Werror=return-type")
+# OpenMP threads where the toolchain has libgomp; else the same kernels single-threaded (the simd pragmas only).
+THREADING = (("-fopenmp",), ("-fopenmp-simd",))
 
 # Dtype codes of csrc/cpu/cpu_common.h (the same as the AscendC kernels') and its index codes.
 DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
@@ -47,8 +49,8 @@ def _cpu_features() -> str:
     return platform.machine() + platform.processor()
 
 
-def _library_hash(source: Path, compiler: str) -> str:
-    digest = hashlib.sha256(" ".join((compiler, *FLAGS, _cpu_features())).encode())
+def _library_hash(source: Path, compiler: str, flags: tuple[str, ...]) -> str:
+    digest = hashlib.sha256(" ".join((compiler, *flags, _cpu_features())).encode())
     for path in [*sorted(CPU_KERNELS_DIR.glob("*.h")), source]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
@@ -66,16 +68,28 @@ def load(kernel: str) -> ctypes.CDLL:
     source = CPU_KERNELS_DIR / f"{kernel}.cpp"
     if not source.is_file():
         raise FileNotFoundError(f"no native CPU kernel source {source}")
-    target = cache_dir("cpu") / f"{kernel}-{_library_hash(source, compiler)}.so"
-    if not target.exists():
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            tmp_lib = Path(tmp) / target.name
-            cmd = [compiler, *FLAGS, f"-I{CPU_KERNELS_DIR}", str(source), "-o", str(tmp_lib)]
-            result = subprocess.run(cmd, capture_output=True, text=True)
-            if result.returncode != 0:
-                raise RuntimeError(f"native CPU build of {source.name} failed:\n{result.stderr[-4000:]}")
-            os.replace(tmp_lib, target)
+    errors = []
+    for threading in THREADING:
+        flags = (*FLAGS, *threading)
+        target = cache_dir("cpu") / f"{kernel}-{_library_hash(source, compiler, flags)}.so"
+        if target.exists() or _build(compiler, flags, source, target, errors):
+            break
+    else:
+        raise RuntimeError(f"native CPU build of {source.name} failed:\n" + "\n".join(errors))
     return ctypes.CDLL(str(target))
+
+
+def _build(compiler: str, flags: tuple[str, ...], source: Path, target: Path, errors: list[str]) -> bool:
+    """Compile into a temporary file and move it into place (concurrent builders never see half a library)."""
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        tmp_lib = Path(tmp) / target.name
+        cmd = [compiler, *flags, f"-I{CPU_KERNELS_DIR}", str(source), "-o", str(tmp_lib)]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            errors.append(f"{' '.join(cmd)}:\n{result.stderr[-3000:]}")
+            return False
+        os.replace(tmp_lib, target)
+    return True
 
 
 def arguments_struct(name: str, ints: Sequence[str], floats: Sequence[str] = ()) -> type[ctypes.Structure]:
