@@ -49,10 +49,15 @@ class SurvivalCalibration:
     def apply(self, survival: np.ndarray) -> np.ndarray:
         """Calibrated ``[B, K]`` survivals (float64, in [0, 1], non-increasing along K); decays the evidence."""
         s = self._check_rows("survival", survival)
+        out = np.minimum(s * self.next_factors(), 1.0)
+        return np.minimum.accumulate(out, axis=1)
+
+    def next_factors(self) -> np.ndarray:
+        """A plan's f_i: what :meth:`apply` scales by, for a planner that applies them itself
+        (``BudgetController.plan_lengths``); decays the evidence as every plan does."""
         self.predicted *= self.decay
         self.observed *= self.decay
-        out = np.minimum(s * self.factors, 1.0)
-        return np.minimum.accumulate(out, axis=1)
+        return self.factors
 
     def observe(self, predicted: np.ndarray, verified: np.ndarray, accepted: np.ndarray) -> None:
         """One verify step: ``predicted [N, K]`` survivals (as the drafter gave them, before calibration),

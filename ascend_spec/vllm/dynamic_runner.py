@@ -10,6 +10,7 @@ instance attributes of a runner whose engine sets ``additional_config["ascend_sp
 from __future__ import annotations
 
 import logging
+import time
 import types
 from typing import Any
 
@@ -20,6 +21,7 @@ from ascend_spec.vllm.config import _where
 from ascend_spec.vllm.cost_profiles import engine_profiles, measure_engine_profiles, profile_key
 from ascend_spec.vllm.dynamic import DynamicVerifier, trim_draft_token_ids
 from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, engine_graphs
+from ascend_spec.vllm.step_costs import MeasuredStepCosts
 
 logger = logging.getLogger("ascend_spec.vllm")
 
@@ -56,13 +58,19 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     ] = {}  # B -> V1's metadata of a decode step where no request has drafts
     runner.ascend_spec_dynamic = None
     runner._ascend_spec_lengths = None
+    # This step's timing for the measured step costs: [start, B, drafts verified, decode only, proposer s]
+    step = [0.0, 0, 0, False, 0.0]
 
     def _execute_model(self, scheduler_output, *args: Any, **kwargs: Any):  # noqa: ANN001, ANN202
         if (
             self.ascend_spec_dynamic is None
         ):  # before the first step's inputs exist, as vLLM's own dummy batches
             self.ascend_spec_dynamic = build_verifier(self)
-        self.ascend_spec_dynamic.begin_step(scheduler_output.scheduled_spec_decode_tokens)
+        verified = scheduler_output.scheduled_spec_decode_tokens
+        self.ascend_spec_dynamic.begin_step(verified)
+        b = len(scheduler_output.num_scheduled_tokens)
+        t = sum(map(len, verified.values()))
+        step[:] = (time.perf_counter(), b, t, scheduler_output.total_num_scheduled_tokens == b + t, 0.0)
         return execute_model(scheduler_output, *args, **kwargs)
 
     def _sample_tokens(self, *args: Any, **kwargs: Any):  # noqa: ANN202
@@ -71,10 +79,15 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
         sampled = getattr(output, "sampled_token_ids", None)
         if verifier is not None and isinstance(sampled, list):  # V1's host lists (sync scheduling)
             verifier.end_step(output.req_ids, sampled)
+            costs = verifier.step_costs
+            if costs is not None and step[3] and step[1]:  # a decode step: the target part, proposer excluded
+                seconds = time.perf_counter() - step[0] - step[4]
+                costs.add("verify" if step[2] else "plain", step[1], step[2], seconds)
         return output
 
     def _propose(self, *args: Any, **kwargs: Any):  # noqa: ANN202
         self._ascend_spec_lengths = None
+        start = time.perf_counter()
         drafts = propose(*args, **kwargs)
         verifier = self.ascend_spec_dynamic
         take_scores = getattr(self.drafter, "take_draft_scores", None)
@@ -87,6 +100,9 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
                         f"proposed {list(drafts.shape)}"
                     )
                 self._ascend_spec_lengths = verifier.lengths(scores, self.input_batch.req_ids)
+        step[4] = time.perf_counter() - start  # the proposer and the plan: not the target's part
+        if verifier is not None and verifier.step_costs is not None and torch.is_tensor(drafts) and step[3]:
+            verifier.step_costs.add("draft", drafts.shape[0], 0, step[4])
         return drafts
 
     def _fits(self, *args: Any, **kwargs: Any) -> bool:
@@ -182,6 +198,8 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         calibrate=settings.dynamic.calibrate,
     )
     verifier.profiles = profiles
+    if settings.dynamic.measure_steps:
+        verifier.step_costs = MeasuredStepCosts(controller)
     logger.info(
         "ascend-spec: dynamic verification (%s), K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up)",
         settings.dynamic.mode,
@@ -227,4 +245,5 @@ def dynamic_stats(worker) -> dict | None:  # noqa: ANN001 - collective_rpc targe
     out["profile_startup_s"] = verifier.profiles.startup_s
     out["target_costs"] = verifier.profiles.target.costs
     out["draft_costs"] = verifier.profiles.draft.costs
+    out["step_costs"] = None if verifier.step_costs is None else verifier.step_costs.as_dict()
     return out

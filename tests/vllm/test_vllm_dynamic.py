@@ -58,9 +58,10 @@ def _profile(path: Path, target: dict, draft: dict) -> str:
 
 
 def _dynamic(profile: str, calibrate: bool = False) -> dict:
-    """Dynamic verification on a given profile; the survival calibration off unless asked for, so the decisions
-    follow the drafter's confidences and the profile alone."""
-    return {"dynamic": {"mode": "sync", "profile": profile, "calibrate": calibrate}}
+    """Dynamic verification on a given profile; the survival calibration off unless asked for and the measured
+    step corrections off (the given profiles are in made-up units), so the decisions follow the drafter's
+    confidences and the profile alone."""
+    return {"dynamic": {"mode": "sync", "profile": profile, "calibrate": calibrate, "measure_steps": False}}
 
 
 def _check_step_counters(stats: dict, max_batch: int) -> None:

@@ -1,0 +1,96 @@
+"""Step costs measured while the engine runs: what the start-up profiles do not time, fed back to the controller.
+
+The cost profiles time the target's and the drafter's forwards (dummy runs). A V1 step does more around them,
+and more for a speculative step than for a plain one: the drafter's input preparation and its draft sampling
+(V1's whole proposer step), the rejection sampler and the spec-decode metadata on the target side. On small
+models that work is as large as the forwards (every fixed K of the tiny CPU models runs at about half of plain
+decoding's speed while the profiles predict far less), so a controller on the profiles alone verifies drafts a
+confident but wrong drafter does not deserve.
+
+Per batch size B this keeps the last ``window`` residuals (wall time minus what the profiles predict, ms) of
+
+* ``draft``: V1's whole proposer call (``propose_draft_token_ids``, without the plan that follows it) against
+  D(B*Q);
+* ``plain``: a decode step's target part (``execute_model`` + ``sample_tokens`` minus the proposer) without drafts,
+  against V(B);
+* ``verify``: the same with T > 0 drafts, against V(B+T);
+
+and hands the controller, every ``refresh`` samples of a B, the medians as two additive corrections
+(:meth:`BudgetController.set_step_corrections`): plain decoding costs ``V(B) + plain``; a speculative step
+``D + V(B+T) + plain + (verify - plain) + draft``. A part not measured yet counts 0 (``verify - plain`` needs
+both); until then the profiles decide alone. Medians of a short window follow a drifting machine and ignore a
+burst of other work on a shared host.
+"""
+
+from __future__ import annotations
+
+import collections
+import statistics
+
+from ascend_spec.checks import check_int
+from ascend_spec.graph import BudgetController
+
+PARTS = ("draft", "plain", "verify")
+
+
+class MeasuredStepCosts:
+    """Residuals of the engine's measured step parts against the profiles, per batch size (module docstring)."""
+
+    def __init__(self, controller: BudgetController, *, window: int = 15, refresh: int = 3) -> None:
+        self.controller = controller
+        self.window = check_int("window", window, minimum=1)
+        self.refresh = check_int("refresh", refresh, minimum=1)
+        self._samples: dict[tuple[str, int], collections.deque[float]] = {}
+        self._since_refresh: collections.Counter = collections.Counter()
+        self.samples: collections.Counter = collections.Counter()  # per part, for the stats
+
+    def add(self, part: str, num_reqs: int, total_drafts: int, seconds: float) -> None:
+        """One measured ``part`` of a step at B = ``num_reqs`` with ``total_drafts`` verified (draft: ignored)."""
+        if part not in PARTS:
+            raise ValueError(f"part must be one of {', '.join(PARTS)}; got {part!r}")
+        ctl = self.controller
+        if part == "draft":
+            predicted = ctl.draft_cost.cost(num_reqs * ctl.draft_tokens_per_request)
+        else:
+            predicted = ctl.verify_cost.cost(num_reqs + total_drafts)
+        key = (part, num_reqs)
+        window = self._samples.get(key)
+        if window is None:
+            window = self._samples[key] = collections.deque(maxlen=self.window)
+        window.append(seconds * 1e3 - predicted)
+        self.samples[part] += 1
+        self._since_refresh[num_reqs] += 1
+        if self._since_refresh[num_reqs] >= self.refresh:
+            self._since_refresh[num_reqs] = 0
+            self._push(num_reqs)
+
+    def residual(self, part: str, num_reqs: int) -> float | None:
+        """Median residual (ms) of ``part`` at B = ``num_reqs`` over the window; None before any sample."""
+        window = self._samples.get((part, num_reqs))
+        return statistics.median(window) if window else None
+
+    def corrections(self, num_reqs: int) -> tuple[float, float]:
+        """(speculative, plain) ms to add to the controller's costs at B = ``num_reqs``."""
+        draft, plain, verify = (self.residual(p, num_reqs) for p in PARTS)
+        common = plain if plain is not None else (verify if verify is not None else 0.0)
+        extra_verify = verify - plain if verify is not None and plain is not None else 0.0
+        return common + extra_verify + (draft or 0.0), common
+
+    def _push(self, num_reqs: int) -> None:
+        ctl = self.controller
+        spec, plain = self.corrections(num_reqs)
+        # A correction never makes a cost <= 0 (a profile measured high under load, then an idle machine).
+        v = ctl.verify_cost.cost(num_reqs)
+        d = ctl.draft_cost.cost(num_reqs * ctl.draft_tokens_per_request)
+        plain = max(plain, -0.5 * v)
+        spec = max(spec, -0.5 * (d + v))
+        ctl.set_step_corrections(num_reqs, spec, plain)
+
+    def as_dict(self) -> dict:
+        sizes = sorted({b for _, b in self._samples})
+        return {
+            "samples": dict(self.samples),
+            "corrections_ms": {
+                str(b): [round(x, 4) for x in self.controller.step_corrections(b)] for b in sizes
+            },
+        }
