@@ -163,6 +163,7 @@ class BudgetController:
         self._totals: collections.deque[int] = collections.deque(maxlen=self.history)
         self._pending: list[tuple[torch.Tensor, object]] = []
         self._tables: dict[int, tuple[list[int], list[float], float, float]] = {}
+        self._profile_tables: dict[int, tuple[list[int], list[float], float, float]] = {}
         self._host_tables: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
         self._fixed_splits: dict[tuple[int, int, torch.device], VerifyAllocation] = {}
         self._plan_fields: dict[tuple[int, int], dict] = {}
@@ -182,6 +183,16 @@ class BudgetController:
     def _table(self, b: int) -> tuple[list[int], list[float], float, float]:
         if b in self._tables:
             return self._tables[b]
+        ts, costs, plain, d = self._profile_table(b)
+        spec_extra, plain_extra = self._corrections.get(b, (0.0, 0.0))
+        table = (ts, [c + spec_extra for c in costs], plain + plain_extra, d + spec_extra)
+        self._tables[b] = table
+        return table
+
+    def _profile_table(self, b: int) -> tuple[list[int], list[float], float, float]:
+        """The candidates at B = b and their costs on the profiles alone (corrections are added by _table)."""
+        if b in self._profile_tables:
+            return self._profile_tables[b]
         max_t = b * self.max_drafts
         cands: set[int] = set()
         for size in self.verify_cost.buckets.sizes_above(b):
@@ -193,11 +204,9 @@ class BudgetController:
         if b + max_t > largest:
             cands.update(range(max(largest - b + 1, 1), max_t + 1))
         ts = sorted(cands)
-        spec_extra, plain_extra = self._corrections.get(b, (0.0, 0.0))
-        d = self.draft_cost.cost(b * self.draft_tokens_per_request) + spec_extra
-        costs = [d + self.verify_cost.cost(b + t) for t in ts]
-        table = (ts, costs, self.verify_cost.cost(b) + plain_extra, d)
-        self._tables[b] = table
+        d = self.draft_cost.cost(b * self.draft_tokens_per_request)
+        table = (ts, [d + self.verify_cost.cost(b + t) for t in ts], self.verify_cost.cost(b), d)
+        self._profile_tables[b] = table
         return table
 
     def step_cost(self, num_reqs: int, total_budget: int) -> float:
@@ -223,16 +232,15 @@ class BudgetController:
         spec, plain = float(speculative_ms), float(plain_ms)
         if not (math.isfinite(spec) and math.isfinite(plain)):
             raise ValueError(f"step corrections must be finite; got {spec} and {plain} ms at B={b}")
-        if not self.verify_cost.cost(b) + plain > 0:
+        _, _, v, d = self._profile_table(b)
+        if not v + plain > 0:
             raise ValueError(
-                f"plain_ms must leave plain decoding's cost > 0 at B={b}: V(B) = {self.verify_cost.cost(b)} ms, "
-                f"got {plain} ms"
+                f"plain_ms must leave plain decoding's cost > 0 at B={b}: V(B) = {v} ms, got {plain} ms"
             )
-        d = self.draft_cost.cost(b * self.draft_tokens_per_request)
-        if not d + self.verify_cost.cost(b) + spec > 0:
+        if not d + v + spec > 0:
             raise ValueError(
-                f"speculative_ms must leave a speculative step's cost > 0 at B={b}: D + V(B) = "
-                f"{d + self.verify_cost.cost(b)} ms, got {spec} ms"
+                f"speculative_ms must leave a speculative step's cost > 0 at B={b}: D + V(B) = {d + v} ms, "
+                f"got {spec} ms"
             )
         if self._corrections.get(b) == (spec, plain):
             return

@@ -3,7 +3,8 @@
 Patch points (register: :mod:`ascend_spec.vllm.patches`): ``dynamic_profiles`` (``execute_model``, first call),
 ``dynamic_propose`` (``propose_draft_token_ids``), ``dynamic_take_drafts`` (``take_draft_token_ids``),
 ``dynamic_skip_drafter`` (``_input_fits_in_drafter``), ``dynamic_plain_sample`` (``_sample``),
-``dynamic_zero_draft_metadata`` (``_calc_spec_decode_metadata``); all
+``dynamic_zero_draft_metadata`` (``_calc_spec_decode_metadata``), ``dynamic_zero_draft_copy``
+(``_copy_draft_token_ids_to_cpu``); all
 instance attributes of a runner whose engine sets ``additional_config["ascend_spec"]["dynamic"]``.
 """
 
@@ -53,6 +54,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     sample = runner._sample
     sample_tokens = runner.sample_tokens
     calc_metadata = runner._calc_spec_decode_metadata
+    copy_drafts = runner._copy_draft_token_ids_to_cpu
     zero_draft_metadata: dict[
         int, Any
     ] = {}  # B -> V1's metadata of a decode step where no request has drafts
@@ -133,18 +135,22 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
 
     def _take(self):  # noqa: ANN202
         lengths, self._ascend_spec_lengths = self._ascend_spec_lengths, None
-        if lengths is not None and not any(lengths) and self._draft_token_req_ids:
-            # No request verifies a draft: the lists V1 would read back are cut to nothing anyway.
-            from vllm.v1.outputs import DraftTokenIds
-
-            req_ids = self._draft_token_req_ids
-            if len(req_ids) != len(lengths):
-                raise RuntimeError(
-                    f"ascend-spec dynamic verification chose lengths for {len(lengths)} requests but the drafter's "
-                    f"lists are for {len(req_ids)}"
-                )
-            return DraftTokenIds(req_ids, [[] for _ in req_ids])
+        if lengths is not None and not any(lengths):
+            # No request verifies a draft: hand the scheduler nothing. It cleared every scheduled request's
+            # drafts when it scheduled this step, so its per-request update with empty lists changes nothing.
+            return None
         return trim_draft_token_ids(take(), lengths)
+
+    def _copy_drafts(self, scheduler_output, zeros_only: bool = False):  # noqa: ANN001, ANN202
+        lengths = self._ascend_spec_lengths
+        if lengths is not None and not any(lengths):
+            # A plan without drafts (or a skipped drafter): _take hands nothing on, so nothing reads the host
+            # copy of the drafts; keep V1's bookkeeping, skip the copy (or the zero-fill) of the buffer.
+            if torch.is_tensor(self._draft_token_ids):
+                self.prev_num_spec_tokens = self._draft_token_ids.shape[1]
+            self._draft_token_req_ids = self.input_batch.req_ids.copy()
+            return None
+        return copy_drafts(scheduler_output, zeros_only)
 
     runner.execute_model = types.MethodType(_execute_model, runner)
     runner.propose_draft_token_ids = types.MethodType(_propose, runner)
@@ -153,6 +159,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     runner._sample = types.MethodType(_sample, runner)
     runner.sample_tokens = types.MethodType(_sample_tokens, runner)
     runner._calc_spec_decode_metadata = types.MethodType(_calc_metadata, runner)
+    runner._copy_draft_token_ids_to_cpu = types.MethodType(_copy_drafts, runner)
 
 
 def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001

@@ -19,7 +19,8 @@ and hands the controller, every ``refresh`` samples of a B, the medians as two a
 (:meth:`BudgetController.set_step_corrections`): plain decoding costs ``V(B) + plain``; a speculative step
 ``D + V(B+T) + plain + (verify - plain) + draft``. A part not measured yet counts 0 (``verify - plain`` needs
 both); until then the profiles decide alone. Medians of a short window follow a drifting machine and ignore a
-burst of other work on a shared host.
+burst of other work on a shared host. Changes below ``tolerance`` x V(B) are not handed on (each one makes the
+controller rebuild that batch size's tables); recording a sample is a dict lookup and an append.
 """
 
 from __future__ import annotations
@@ -36,37 +37,57 @@ PARTS = ("draft", "plain", "verify")
 class MeasuredStepCosts:
     """Residuals of the engine's measured step parts against the profiles, per batch size (module docstring)."""
 
-    def __init__(self, controller: BudgetController, *, window: int = 15, refresh: int = 3) -> None:
+    def __init__(
+        self, controller: BudgetController, *, window: int = 15, refresh: int = 6, tolerance: float = 0.01
+    ) -> None:
         self.controller = controller
         self.window = check_int("window", window, minimum=1)
         self.refresh = check_int("refresh", refresh, minimum=1)
-        self._samples: dict[tuple[str, int], collections.deque[float]] = {}
-        self._since_refresh: collections.Counter = collections.Counter()
+        if (
+            isinstance(tolerance, bool)
+            or not isinstance(tolerance, (int, float))
+            or not 0.0 <= tolerance < 1.0
+        ):
+            raise ValueError(f"tolerance must be a fraction of V(B) in [0, 1); got {tolerance!r}")
+        self.tolerance = float(tolerance)
+        # (part, B, T) -> (the profiles' prediction in ms, that part's window of residuals)
+        self._slots: dict[tuple[str, int, int], tuple[float, collections.deque[float]]] = {}
+        self._windows: dict[tuple[str, int], collections.deque[float]] = {}
+        self._since_refresh: dict[int, int] = {}
+        self._pushed: dict[int, tuple[float, float]] = {}
         self.samples: collections.Counter = collections.Counter()  # per part, for the stats
 
     def add(self, part: str, num_reqs: int, total_drafts: int, seconds: float) -> None:
         """One measured ``part`` of a step at B = ``num_reqs`` with ``total_drafts`` verified (draft: ignored)."""
+        slot = self._slots.get((part, num_reqs, total_drafts))
+        if slot is None:
+            slot = self._slot(part, num_reqs, total_drafts)
+        slot[1].append(seconds * 1e3 - slot[0])
+        self.samples[part] += 1
+        n = self._since_refresh.get(num_reqs, 0) + 1
+        if n >= self.refresh:
+            n = 0
+            self._push(num_reqs)
+        self._since_refresh[num_reqs] = n
+
+    def _slot(self, part: str, b: int, t: int) -> tuple[float, collections.deque[float]]:
         if part not in PARTS:
             raise ValueError(f"part must be one of {', '.join(PARTS)}; got {part!r}")
+        b = check_int("num_reqs", b, minimum=1)
         ctl = self.controller
         if part == "draft":
-            predicted = ctl.draft_cost.cost(num_reqs * ctl.draft_tokens_per_request)
+            predicted = ctl.draft_cost.cost(b * ctl.draft_tokens_per_request)
         else:
-            predicted = ctl.verify_cost.cost(num_reqs + total_drafts)
-        key = (part, num_reqs)
-        window = self._samples.get(key)
+            predicted = ctl.verify_cost.cost(b + check_int("total_drafts", t, minimum=0))
+        window = self._windows.get((part, b))
         if window is None:
-            window = self._samples[key] = collections.deque(maxlen=self.window)
-        window.append(seconds * 1e3 - predicted)
-        self.samples[part] += 1
-        self._since_refresh[num_reqs] += 1
-        if self._since_refresh[num_reqs] >= self.refresh:
-            self._since_refresh[num_reqs] = 0
-            self._push(num_reqs)
+            window = self._windows[(part, b)] = collections.deque(maxlen=self.window)
+        slot = self._slots[(part, b, t)] = (predicted, window)
+        return slot
 
     def residual(self, part: str, num_reqs: int) -> float | None:
         """Median residual (ms) of ``part`` at B = ``num_reqs`` over the window; None before any sample."""
-        window = self._samples.get((part, num_reqs))
+        window = self._windows.get((part, num_reqs))
         return statistics.median(window) if window else None
 
     def corrections(self, num_reqs: int) -> tuple[float, float]:
@@ -84,10 +105,14 @@ class MeasuredStepCosts:
         d = ctl.draft_cost.cost(num_reqs * ctl.draft_tokens_per_request)
         plain = max(plain, -0.5 * v)
         spec = max(spec, -0.5 * (d + v))
+        last = self._pushed.get(num_reqs)
+        if last is not None and max(abs(spec - last[0]), abs(plain - last[1])) <= self.tolerance * v:
+            return
+        self._pushed[num_reqs] = (spec, plain)
         ctl.set_step_corrections(num_reqs, spec, plain)
 
     def as_dict(self) -> dict:
-        sizes = sorted({b for _, b in self._samples})
+        sizes = sorted({b for _, b in self._windows})
         return {
             "samples": dict(self.samples),
             "corrections_ms": {
