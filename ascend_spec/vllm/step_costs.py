@@ -112,10 +112,8 @@ class MeasuredStepCosts:
         ctl.set_step_corrections(num_reqs, spec, plain)
 
     def as_dict(self) -> dict:
-        sizes = sorted({b for _, b in self._windows})
+        """Samples per part and the corrections handed to the controller per batch size (ms)."""
         return {
             "samples": dict(self.samples),
-            "corrections_ms": {
-                str(b): [round(x, 4) for x in self.controller.step_corrections(b)] for b in sizes
-            },
+            "corrections_ms": {str(b): [round(x, 4) for x in c] for b, c in sorted(self._pushed.items())},
         }

@@ -251,6 +251,34 @@ def test_calibration_stops_over_verifying_a_confident_wrong_drafter(
     assert accepted_share[0] < 0.5  # the premise: most verified drafts of the raw controller are rejected
 
 
+def test_measured_step_costs_see_what_a_speculative_step_costs_beyond_its_forwards(
+    engine_dir, dense_low_entropy, plain_dense
+):
+    """Measured profiles and measured step costs (the defaults) on the confident but wrong low-entropy drafter,
+    the drafter run at every step: every decode step's parts are timed, a speculative step's correction exceeds
+    plain decoding's at every batch size seen (V1's proposer does more than the drafter's forward), the
+    controller settles mostly on plain decoding and the output is plain decoding's."""
+    plugin = {"dynamic": {"profile": "measure", "repeats": 3, "probe_interval": 1}}
+    env = dict(ENV, VLLM_CACHE_ROOT=str(engine_dir / "step_costs_cache"))
+    ours = run(
+        engine_dir,
+        dense_low_entropy,
+        speculative=speculative("dflash", dense_low_entropy),
+        plugin=plugin,
+        env=env,
+    )
+    assert_matches_plain(plain_dense, ours, allow_ties=False)
+    stats = ours.dynamic
+    _check_step_counters(stats, len(PROMPTS))
+    measured = stats["step_costs"]
+    assert measured["samples"]["draft"] >= stats["steps"] - len(PROMPTS) - 1  # every decode step's proposer
+    assert measured["samples"]["plain"] > 0
+    assert measured["corrections_ms"]
+    for b, (speculative_ms, plain_ms) in measured["corrections_ms"].items():
+        assert speculative_ms > plain_ms, (b, speculative_ms, plain_ms)
+    assert stats["plain_steps"] > stats["steps"] / 2
+
+
 def test_plugin_without_the_dynamic_key_verifies_every_draft(engine_dir, dense_low_entropy, plain_dense):
     """Enabled plugin, no "dynamic": no controller, no counters, every request verifies all K drafts."""
     ours = run(
