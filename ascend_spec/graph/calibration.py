@@ -73,14 +73,18 @@ class SurvivalCalibration:
             )
         if not n:
             return
-        if v.min() < 0 or v.max() > self.max_drafts:
+        fewest = v.min()
+        if fewest < 0 or v.max() > self.max_drafts:
             raise ValueError(f"verified must lie in [0, {self.max_drafts}]; got {v.tolist()}")
         if a.min() < 0 or (a > v).any():
             raise ValueError(
                 f"accepted must lie in [0, verified]; got accepted {a.tolist()}, verified {v.tolist()}"
             )
         positions = self._positions[None, :]
-        self.predicted += np.where(positions < v[:, None], p, 0.0).sum(axis=0)
+        if fewest == self.max_drafts:  # every request verified every position (full blocks)
+            self.predicted += p.sum(axis=0)
+        else:
+            self.predicted += np.where(positions < v[:, None], p, 0.0).sum(axis=0)
         self.observed += (positions < a[:, None]).sum(axis=0)  # a <= v: accepted positions were verified
 
     def _check_rows(self, name: str, values: np.ndarray) -> np.ndarray:
