@@ -206,7 +206,7 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
     )
     verifier.profiles = profiles
     if settings.dynamic.measure_steps:
-        verifier.step_costs = MeasuredStepCosts(controller)
+        verifier.step_costs = MeasuredStepCosts(controller, statistic=settings.dynamic.statistic)
     logger.info(
         "ascend-spec: dynamic verification (%s), K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up)",
         settings.dynamic.mode,

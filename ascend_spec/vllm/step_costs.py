@@ -15,21 +15,24 @@ Per batch size B this keeps the last ``window`` residuals (wall time minus what 
   against V(B);
 * ``verify``: the same with T > 0 drafts, against V(B+T);
 
-and hands the controller, every ``refresh`` samples of a B, the medians as two additive corrections
+and hands the controller, every ``refresh`` samples of a B, each window's ``statistic`` (the profiles' own:
+``min`` by default, the uncontended cost; or ``median``) as two additive corrections
 (:meth:`BudgetController.set_step_corrections`): plain decoding costs ``V(B) + plain``; a speculative step
 ``D + V(B+T) + plain + (verify - plain) + draft``. A part not measured yet counts 0 (``verify - plain`` needs
-both); until then the profiles decide alone. Medians of a short window follow a drifting machine and ignore a
-burst of other work on a shared host. Changes below ``tolerance`` x V(B) are not handed on (each one makes the
+both); until then the profiles decide alone. The first sample of every (part, B, T) is dropped: the first run
+of a new token count pays one-time work (oneDNN builds its primitives per shape, the allocator grows), which
+would make a ragged total look dear exactly when the controller tries it. A short window follows a drifting
+machine; its minimum ignores bursts of other work on a shared host (they only ever add time). Changes below ``tolerance`` x V(B) are not handed on (each one makes the
 controller rebuild that batch size's tables); recording a sample is a dict lookup and an append.
 """
 
 from __future__ import annotations
 
 import collections
-import statistics
 
 from ascend_spec.checks import check_int
 from ascend_spec.graph import BudgetController
+from ascend_spec.graph.cost_profile import STATISTICS
 
 PARTS = ("draft", "plain", "verify")
 
@@ -38,8 +41,17 @@ class MeasuredStepCosts:
     """Residuals of the engine's measured step parts against the profiles, per batch size (module docstring)."""
 
     def __init__(
-        self, controller: BudgetController, *, window: int = 15, refresh: int = 6, tolerance: float = 0.01
+        self,
+        controller: BudgetController,
+        *,
+        window: int = 15,
+        refresh: int = 6,
+        tolerance: float = 0.01,
+        statistic: str = "min",
     ) -> None:
+        if statistic not in STATISTICS:
+            raise ValueError(f"statistic must be one of {', '.join(STATISTICS)}; got {statistic!r}")
+        self.statistic = STATISTICS[statistic]
         self.controller = controller
         self.window = check_int("window", window, minimum=1)
         self.refresh = check_int("refresh", refresh, minimum=1)
@@ -60,8 +72,9 @@ class MeasuredStepCosts:
     def add(self, part: str, num_reqs: int, total_drafts: int, seconds: float) -> None:
         """One measured ``part`` of a step at B = ``num_reqs`` with ``total_drafts`` verified (draft: ignored)."""
         slot = self._slots.get((part, num_reqs, total_drafts))
-        if slot is None:
-            slot = self._slot(part, num_reqs, total_drafts)
+        if slot is None:  # the first run of this token count: one-time work, not kept
+            self._slot(part, num_reqs, total_drafts)
+            return
         slot[1].append(seconds * 1e3 - slot[0])
         self.samples[part] += 1
         n = self._since_refresh.get(num_reqs, 0) + 1
@@ -86,9 +99,9 @@ class MeasuredStepCosts:
         return slot
 
     def residual(self, part: str, num_reqs: int) -> float | None:
-        """Median residual (ms) of ``part`` at B = ``num_reqs`` over the window; None before any sample."""
+        """The window's statistic of ``part``'s residuals (ms) at B = ``num_reqs``; None before any sample."""
         window = self._windows.get((part, num_reqs))
-        return statistics.median(window) if window else None
+        return self.statistic(window) if window else None
 
     def corrections(self, num_reqs: int) -> tuple[float, float]:
         """(speculative, plain) ms to add to the controller's costs at B = ``num_reqs``."""
