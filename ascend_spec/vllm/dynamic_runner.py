@@ -126,7 +126,11 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
         # Plain-decode steps of B one-token requests all have the same metadata (no draft is selected, so the
         # token ids never enter it): V1's own result for that B, built once.
         b = len(num_draft_tokens)
-        if b and int(cu_num_scheduled_tokens[-1]) == b and not num_draft_tokens.any():
+        if b and step[3] and not step[2] and b == step[1]:  # this step: B one-token requests, no drafts
+            plain = int(cu_num_scheduled_tokens[-1]) == b
+        else:
+            plain = b and int(cu_num_scheduled_tokens[-1]) == b and not num_draft_tokens.any()
+        if plain:
             metadata = zero_draft_metadata.get(b)
             if metadata is None:
                 metadata = zero_draft_metadata[b] = calc_metadata(num_draft_tokens, cu_num_scheduled_tokens)

@@ -493,6 +493,8 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
     load_model = runner.load_model
 
     def _update_states_with_flush(self, scheduler_output):  # noqa: ANN001, ANN202
+        if self.__dict__.get("_ascend_spec_gdn_layers") == []:  # a loaded model without GDN layers
+            return update_states(scheduler_output)
         from ascend_spec.vllm.gdn_layer import new_step
 
         new_step()
