@@ -12,6 +12,7 @@ def _run(tokens: int, seconds: float, dynamic: dict | None = None, drafts: int =
     return EngineRun(
         tokens=[[1] * tokens],
         seconds=seconds,
+        cpu_seconds=2 * seconds,
         dynamic=dynamic,
         num_drafts=drafts,
         num_draft_tokens=draft_tokens,
@@ -40,13 +41,16 @@ ROWS = [
 def test_table_has_ratios_to_plain_at_the_same_batch_size_and_the_budget_histogram() -> None:
     lines = format_sweep(ROWS).splitlines()
     cells = [[c.strip() for c in line.split("|")] for line in lines[2:]]
-    assert cells[0][:4] == ["1", "plain", "100.0", "1.00"]
-    assert cells[1][:5] == ["1", "K=2", "200.0", "2.00", "3.00"]
-    assert cells[2] == ["1", "dynamic", "250.0", "2.50", "3.00", "1.00", "0.125", "1.00", "0:3 2:7"]
-    assert cells[3][:4] == ["4", "plain", "200.0", "1.00"]
+    assert cells[0][:6] == ["1", "plain", "100.0", "1.00", "50.0", "1.00"]
+    assert cells[1][:7] == ["1", "K=2", "200.0", "2.00", "100.0", "2.00", "3.00"]
+    assert cells[2] == [
+        "1", "dynamic", "250.0", "2.50", "125.0", "2.50", "3.00", "1.00", "0.125", "1.00", "0:3 2:7"
+    ]  # fmt: skip
+    assert cells[3][:6] == ["4", "plain", "200.0", "1.00", "100.0", "1.00"]
     assert cells[4][:3] == ["4", "dynamic", "failed"] and "boom" in cells[4][-1]
-    d = ROWS[2].as_dict(100.0)
-    assert d["vs_plain"] == 2.5 and d["budget_histogram"] == {"0": 3, "2": 7}
+    assert len(cells[4]) == len(cells[0])
+    d = ROWS[2].as_dict(100.0, 50.0)
+    assert d["vs_plain"] == 2.5 and d["cpu_vs_plain"] == 2.5 and d["budget_histogram"] == {"0": 3, "2": 7}
 
 
 def test_plot_is_written(tmp_path) -> None:  # noqa: ANN001

@@ -322,3 +322,67 @@ def test_bad_controller_arguments():
         BudgetController(p, p, max_drafts=2, draft_tokens_per_request=2, history=0)
     with pytest.raises(ValueError, match="num_reqs must be given before the first plan"):
         BudgetController(p, p, max_drafts=2, draft_tokens_per_request=2).explain()
+
+
+# -- the engine's lean sync path --------------------------------------------------------------------------------
+@settings(max_examples=150, deadline=None)
+@given(
+    costs_st(strict=True),
+    costs_st(strict=True),
+    survival_st(),
+    st.integers(1, 4),
+    st.one_of(st.none(), st.lists(st.floats(0.05, 3.0), min_size=5, max_size=5)),
+    st.sampled_from([(0.0, 0.0), (0.4, 0.1), (-0.05, 0.3)]),
+)
+def test_plan_lengths_is_plan_on_the_calibrated_survivals(draft, verify, survival, q, factors, corrections):
+    """plan_lengths(s, f) (bounds for full blocks and plain decoding, else the sorted search) gives the total and
+    the split of plan() on min(1, s * f) made non-increasing, with and without measured step corrections."""
+    import numpy as np
+
+    s = np.asarray(survival, dtype=np.float32)
+    b, k = s.shape
+    f = None if factors is None else np.asarray(factors[:k])
+    lean, full = make(draft, verify, k, q), make(draft, verify, k, q)
+    for ctl in (lean, full):
+        if corrections != (0.0, 0.0):
+            ctl.set_step_corrections(b, *corrections)
+    calibrated = s.astype(np.float64)
+    if f is not None:
+        calibrated = np.minimum.accumulate(np.minimum(calibrated * f, 1.0), axis=1)
+    plan = full.plan(torch.from_numpy(calibrated))
+    total, lengths = lean.plan_lengths(s, f)
+    assert total == plan.total_budget
+    assert lengths == plan.num_drafts.tolist()
+    assert lean.recent_totals == [total]
+
+
+def test_plan_lengths_bounds_settle_full_and_plain_steps_without_searching(monkeypatch) -> None:
+    """A sure drafter is verified in full, a useless one not at all, and neither step sorts the survivals."""
+    import numpy as np
+
+    ctl = make({4: 0.2, 32: 0.3}, {1: 1.0, 8: 1.0, 16: 1.2, 32: 1.5}, 3, 4)
+    full_above, plain_below = ctl._lean_table(4)
+    assert 0.0 < full_above < 1.0 and plain_below > 0.0
+    monkeypatch.setattr(np, "argsort", lambda *a, **kw: pytest.fail("searched"))
+    assert ctl.plan_lengths(np.full((4, 3), 0.999, np.float32)) == (12, [3, 3, 3, 3])
+    assert ctl.plan_lengths(np.full((4, 3), 1e-4, np.float32)) == (0, [0, 0, 0, 0])
+    # factors below 1 (a drafter observed to be wrong) turn the sure survivals into a plain plan
+    assert ctl.plan_lengths(np.full((4, 3), 0.999, np.float32), np.full(3, 1e-4)) == (0, [0, 0, 0, 0])
+
+
+def test_step_corrections_change_the_costs_and_are_checked() -> None:
+    ctl = make({4: 0.2, 32: 0.3}, {1: 1.0, 8: 1.0, 16: 1.2, 32: 1.5}, 3, 4)
+    surv = torch.full((4, 3), 0.3)
+    assert ctl.plan(surv).speculate  # (0.3 + 1.2) ms / (4 + 3.6) < 1 ms / 4 per token on the profiles alone
+    ctl.set_step_corrections(4, 1.0, 0.1)  # the engine measured 1 ms more per speculative step, 0.1 per plain
+    assert ctl.step_cost(4, 0) == pytest.approx(1.1) and ctl.step_cost(4, 12) == pytest.approx(
+        0.3 + 1.2 + 1.0
+    )
+    assert ctl.step_corrections(4) == (1.0, 0.1) and ctl.step_corrections(2) == (0.0, 0.0)
+    assert not ctl.plan(surv).speculate
+    with pytest.raises(ValueError, match=r"plain_ms must leave plain decoding's cost > 0 at B=4"):
+        ctl.set_step_corrections(4, 0.0, -1.0)
+    with pytest.raises(ValueError, match=r"speculative_ms must leave a speculative step's cost > 0 at B=4"):
+        ctl.set_step_corrections(4, -2.0, 0.0)
+    with pytest.raises(ValueError, match=r"step corrections must be finite"):
+        ctl.set_step_corrections(4, float("nan"), 0.0)

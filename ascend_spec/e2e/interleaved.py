@@ -4,13 +4,14 @@
 in it (a row 2x slower than its neighbours with nothing of its own changed). Here the engines of one comparison
 are all started first, each in its own child process (one at a time: a dynamic engine's cost profiles are
 measured while the others wait idle), then timed in rounds: round r runs one ``generate`` on engine 1, then 2,
-..., and each engine keeps its best round. Slow stretches then hit every row alike, and the best of many rounds
+..., and each engine keeps its best round (of wall time, and separately of its process's CPU time, which other
+jobs on a shared host cannot stretch). Slow stretches then hit every row alike, and the best of many rounds
 is each row's uncontended speed. The counters (acceptance, dynamic verification's statistics) are those of the
 first timed round, read at the end, as in ``run_isolated``.
 
 Protocol with a child (``python -m ascend_spec.e2e.interleaved REQUEST RESULT``): it answers on a pipe of its
 own (vLLM logs to stdout) one line per command read from stdin: ``ready`` after start-up and warm-up, the
-seconds of one timed ``generate`` per ``run``, and ``done`` after writing the result file on ``stop``.
+wall and CPU seconds of one timed ``generate`` per ``run``, and ``done`` after writing the result file on ``stop``.
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ def run_interleaved(
     work_dir: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> list[EngineRun]:
-    """Each spec's :class:`EngineRun`, its ``seconds`` the best of ``rounds`` interleaved timed runs."""
+    """Each spec's :class:`EngineRun`, its ``seconds`` (``cpu_seconds``) the best wall (CPU) time of ``rounds``
+    interleaved timed runs."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1; got {rounds}")
     work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_"))
@@ -114,16 +116,19 @@ def run_interleaved(
             if child.ask(None) != "ready":  # it failed while starting: its result says why
                 child.error = child.error or "engine failed while starting"
         best = [float("inf")] * len(children)
+        best_cpu = [float("inf")] * len(children)
         for _ in range(rounds):
             for i, child in enumerate(children):
                 reply = child.ask("run")
                 if reply is not None and reply != "done":
-                    best[i] = min(best[i], float(reply))
+                    wall, cpu = (float(x) for x in reply.split())
+                    best[i] = min(best[i], wall)
+                    best_cpu[i] = min(best_cpu[i], cpu)
         runs = []
-        for child, seconds in zip(children, best):
+        for child, seconds, cpu_seconds in zip(children, best, best_cpu):
             run = child.finish()
             if run.error is None:
-                run.seconds = seconds
+                run.seconds, run.cpu_seconds = seconds, cpu_seconds
             runs.append(run)
         return runs
     finally:
@@ -169,14 +174,14 @@ def _serve(request_path: str, result_path: str) -> None:
         while sys.stdin.readline().strip() == "run":
             if before is None:
                 before = _metric_values(llm)
-            outs, seconds, _ = timed_generate(llm, token_prompts, sampling)
+            outs, seconds, cpu_seconds = timed_generate(llm, token_prompts, sampling)
             tokens = [list(o.outputs[0].token_ids) for o in outs]
             if after is None:
                 after = _metric_values(llm)
                 run.tokens = tokens
             elif tokens != run.tokens:
                 raise RuntimeError("greedy decoding gave different tokens on a repeated run")
-            say(f"{seconds:.9f}")
+            say(f"{seconds:.9f} {cpu_seconds:.9f}")
         if before is not None:
             collect_counters(llm, run, before, after)
     except Exception as exc:  # reported in the result, as run_engine does

@@ -6,7 +6,7 @@ one ``generate`` per engine in turn, each row keeps its best of ``--repeats`` ro
 shared machine slows every row alike instead of whichever engine ran in it:
 plain decoding, DFlash with the plugin at each fixed K = 1..K_max, and DFlash with dynamic verification
 (K_max drafted, the controller choosing per request). Columns: tokens/s (best of ``--repeats``) and its ratio to
-plain decoding at that B, mean verify and acceptance lengths, the chosen totals per step (histogram
+plain decoding at that B, tokens per CPU-second of the engine process (best round) and its ratio, mean verify and acceptance lengths, the chosen totals per step (histogram
 ``T:steps``), the plugin's overhead per step (confidence + survival + controller + allocation, measured in the
 engine) and host copies per step. ``--plot`` writes tokens/s against B per mode (matplotlib).
 
@@ -35,7 +35,7 @@ class SweepRow:
     mode: str  # "plain", "K=<k>", "dynamic"
     run: EngineRun
 
-    def as_dict(self, plain_tps: float | None) -> dict:
+    def as_dict(self, plain_tps: float | None, plain_cpu_tps: float | None = None) -> dict:
         r = self.run
         dyn = r.dynamic or {}
         return {
@@ -44,6 +44,10 @@ class SweepRow:
             "error": r.error,
             "tokens_per_s": round(r.tokens_per_second, 2),
             "vs_plain": round(r.tokens_per_second / plain_tps, 3) if plain_tps and not r.error else None,
+            "tokens_per_cpu_s": round(r.tokens_per_cpu_second, 2),
+            "cpu_vs_plain": (
+                round(r.tokens_per_cpu_second / plain_cpu_tps, 3) if plain_cpu_tps and not r.error else None
+            ),
             "mean_verify_length": r.mean_verify_length,
             "mean_acceptance_length": r.mean_acceptance_length,
             "budget_histogram": dyn.get("totals"),
@@ -64,6 +68,8 @@ def format_sweep(rows: list[SweepRow]) -> str:
         "mode",
         "tok/s",
         "vs plain",
+        "tok/CPU-s",
+        "CPU vs plain",
         "verify len",
         "accept len",
         "overhead ms/step",
@@ -72,13 +78,15 @@ def format_sweep(rows: list[SweepRow]) -> str:
     ]
     lines = [header]
     plain = {r.batch: r.run.tokens_per_second for r in rows if r.mode == "plain" and not r.run.error}
+    plain_cpu = {r.batch: r.run.tokens_per_cpu_second for r in rows if r.mode == "plain" and not r.run.error}
     for row in rows:
         r = row.run
         if r.error:
-            lines.append([str(row.batch), row.mode, "failed", "-", "-", "-", "-", "-", r.error[:160]])
+            lines.append([str(row.batch), row.mode, "failed"] + ["-"] * (len(header) - 4) + [r.error[:160]])
             continue
         dyn = r.dynamic or {}
         base = plain.get(row.batch)
+        base_cpu = plain_cpu.get(row.batch)
         hist = " ".join(f"{t}:{n}" for t, n in (dyn.get("totals") or {}).items()) or "-"
         lines.append(
             [
@@ -86,6 +94,8 @@ def format_sweep(rows: list[SweepRow]) -> str:
                 row.mode,
                 f"{r.tokens_per_second:.1f}",
                 _fmt(r.tokens_per_second / base if base else None),
+                f"{r.tokens_per_cpu_second:.1f}",
+                _fmt(r.tokens_per_cpu_second / base_cpu if base_cpu else None),
                 _fmt(r.mean_verify_length),
                 _fmt(r.mean_acceptance_length),
                 _fmt(dyn.get("overhead_ms_per_step"), 3),
@@ -179,6 +189,11 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
         print(f"wrote {args.plot}")
     if args.json:
         plain = {r.batch: r.run.tokens_per_second for r in rows if r.mode == "plain" and not r.run.error}
-        args.json.write_text(json.dumps([r.as_dict(plain.get(r.batch)) for r in rows], indent=2))
+        plain_cpu = {
+            r.batch: r.run.tokens_per_cpu_second for r in rows if r.mode == "plain" and not r.run.error
+        }
+        args.json.write_text(
+            json.dumps([r.as_dict(plain.get(r.batch), plain_cpu.get(r.batch)) for r in rows], indent=2)
+        )
         print(f"wrote {args.json}")
     return 0

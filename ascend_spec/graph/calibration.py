@@ -49,10 +49,15 @@ class SurvivalCalibration:
     def apply(self, survival: np.ndarray) -> np.ndarray:
         """Calibrated ``[B, K]`` survivals (float64, in [0, 1], non-increasing along K); decays the evidence."""
         s = self._check_rows("survival", survival)
+        out = np.minimum(s * self.next_factors(), 1.0)
+        return np.minimum.accumulate(out, axis=1)
+
+    def next_factors(self) -> np.ndarray:
+        """A plan's f_i: what :meth:`apply` scales by, for a planner that applies them itself
+        (``BudgetController.plan_lengths``); decays the evidence as every plan does."""
         self.predicted *= self.decay
         self.observed *= self.decay
-        out = np.minimum(s * self.factors, 1.0)
-        return np.minimum.accumulate(out, axis=1)
+        return self.factors
 
     def observe(self, predicted: np.ndarray, verified: np.ndarray, accepted: np.ndarray) -> None:
         """One verify step: ``predicted [N, K]`` survivals (as the drafter gave them, before calibration),
@@ -68,14 +73,18 @@ class SurvivalCalibration:
             )
         if not n:
             return
-        if v.min() < 0 or v.max() > self.max_drafts:
+        fewest = v.min()
+        if fewest < 0 or v.max() > self.max_drafts:
             raise ValueError(f"verified must lie in [0, {self.max_drafts}]; got {v.tolist()}")
         if a.min() < 0 or (a > v).any():
             raise ValueError(
                 f"accepted must lie in [0, verified]; got accepted {a.tolist()}, verified {v.tolist()}"
             )
         positions = self._positions[None, :]
-        self.predicted += np.where(positions < v[:, None], p, 0.0).sum(axis=0)
+        if fewest == self.max_drafts:  # every request verified every position (full blocks)
+            self.predicted += p.sum(axis=0)
+        else:
+            self.predicted += np.where(positions < v[:, None], p, 0.0).sum(axis=0)
         self.observed += (positions < a[:, None]).sum(axis=0)  # a <= v: accepted positions were verified
 
     def _check_rows(self, name: str, values: np.ndarray) -> np.ndarray:

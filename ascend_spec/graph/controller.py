@@ -163,10 +163,16 @@ class BudgetController:
         self._totals: collections.deque[int] = collections.deque(maxlen=self.history)
         self._pending: list[tuple[torch.Tensor, object]] = []
         self._tables: dict[int, tuple[list[int], list[float], float, float]] = {}
+        self._profile_tables: dict[int, tuple[list[int], list[float], float, float]] = {}
         self._host_tables: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
         self._fixed_splits: dict[tuple[int, int, torch.device], VerifyAllocation] = {}
         self._plan_fields: dict[tuple[int, int], dict] = {}
         self._device_tables: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._lean_tables: dict[int, tuple[float, float]] = {}
+        self._uniform_lengths: dict[tuple[int, int], list[int]] = {}
+        # B -> (ms added to every speculative step's cost, ms added to plain decoding's): what the profiles do
+        # not time, measured in the engine (set_step_corrections); 0 without measurements.
+        self._corrections: dict[int, tuple[float, float]] = {}
         self.last_num_reqs: int | None = None
 
     # -- cost tables ---------------------------------------------------------------------------------------
@@ -177,6 +183,16 @@ class BudgetController:
     def _table(self, b: int) -> tuple[list[int], list[float], float, float]:
         if b in self._tables:
             return self._tables[b]
+        ts, costs, plain, d = self._profile_table(b)
+        spec_extra, plain_extra = self._corrections.get(b, (0.0, 0.0))
+        table = (ts, [c + spec_extra for c in costs], plain + plain_extra, d + spec_extra)
+        self._tables[b] = table
+        return table
+
+    def _profile_table(self, b: int) -> tuple[list[int], list[float], float, float]:
+        """The candidates at B = b and their costs on the profiles alone (corrections are added by _table)."""
+        if b in self._profile_tables:
+            return self._profile_tables[b]
         max_t = b * self.max_drafts
         cands: set[int] = set()
         for size in self.verify_cost.buckets.sizes_above(b):
@@ -189,18 +205,56 @@ class BudgetController:
             cands.update(range(max(largest - b + 1, 1), max_t + 1))
         ts = sorted(cands)
         d = self.draft_cost.cost(b * self.draft_tokens_per_request)
-        costs = [d + self.verify_cost.cost(b + t) for t in ts]
-        table = (ts, costs, self.verify_cost.cost(b), d)
-        self._tables[b] = table
+        table = (ts, [d + self.verify_cost.cost(b + t) for t in ts], self.verify_cost.cost(b), d)
+        self._profile_tables[b] = table
         return table
 
     def step_cost(self, num_reqs: int, total_budget: int) -> float:
-        """D(B*Q) + V(B+T) for T > 0; V(B) for T = 0 (plain decoding: the drafter does not run)."""
+        """D(B*Q) + V(B+T) for T > 0; V(B) for T = 0 (plain decoding: the drafter does not run); each plus its
+        measured correction (:meth:`set_step_corrections`)."""
         b = check_int("num_reqs", num_reqs, minimum=1)
         t = check_int("total_budget", total_budget, minimum=0)
+        spec_extra, plain_extra = self._corrections.get(b, (0.0, 0.0))
         if t == 0:
-            return self.verify_cost.cost(b)
-        return self.draft_cost.cost(b * self.draft_tokens_per_request) + self.verify_cost.cost(b + t)
+            return self.verify_cost.cost(b) + plain_extra
+        return (
+            self.draft_cost.cost(b * self.draft_tokens_per_request)
+            + self.verify_cost.cost(b + t)
+            + spec_extra
+        )
+
+    def set_step_corrections(self, num_reqs: int, speculative_ms: float, plain_ms: float) -> None:
+        """Add ``speculative_ms`` to every speculative step's cost and ``plain_ms`` to plain decoding's at B =
+        ``num_reqs``: the engine's work around a step that the profiles (forwards only) do not time, measured
+        while it runs (:mod:`ascend_spec.vllm.step_costs`). Either may be negative (a profile measured high);
+        each corrected cost must stay > 0."""
+        b = check_int("num_reqs", num_reqs, minimum=1)
+        spec, plain = float(speculative_ms), float(plain_ms)
+        if not (math.isfinite(spec) and math.isfinite(plain)):
+            raise ValueError(f"step corrections must be finite; got {spec} and {plain} ms at B={b}")
+        _, _, v, d = self._profile_table(b)
+        if not v + plain > 0:
+            raise ValueError(
+                f"plain_ms must leave plain decoding's cost > 0 at B={b}: V(B) = {v} ms, got {plain} ms"
+            )
+        if not d + v + spec > 0:
+            raise ValueError(
+                f"speculative_ms must leave a speculative step's cost > 0 at B={b}: D + V(B) = {d + v} ms, "
+                f"got {spec} ms"
+            )
+        if self._corrections.get(b) == (spec, plain):
+            return
+        self._corrections[b] = (spec, plain)
+        for cache in (self._tables, self._host_tables, self._lean_tables):
+            cache.pop(b, None)
+        for key in [key for key in self._plan_fields if key[0] == b]:
+            del self._plan_fields[key]
+        for key in [key for key in self._device_tables if key[0] == b]:
+            del self._device_tables[key]
+
+    def step_corrections(self, num_reqs: int) -> tuple[float, float]:
+        """(speculative, plain) ms added at B = ``num_reqs`` (0, 0 until measured)."""
+        return self._corrections.get(num_reqs, (0.0, 0.0))
 
     # -- history (async) -----------------------------------------------------------------------------------
     def record_total(self, total: int) -> None:
@@ -289,6 +343,88 @@ class BudgetController:
         fixed = t in (0, b * k)  # the same split whatever the survivals
         split = self._fixed_split(s, t) if fixed else split_budget(s, t, backend=self.backend)
         return self._make_plan(b, t, split, b + float(prefix[t]))
+
+    def plan_lengths(self, survival: np.ndarray, factors: np.ndarray | None = None) -> tuple[int, list[int]]:
+        """Sync mode straight from the host copy, for an engine's step: (total T, per-request draft lengths).
+
+        The same decision and split as :meth:`plan` on ``min(1, survival * factors)`` made non-increasing again
+        (the survival calibration's factors per draft position; None: the survivals as given), without building
+        a plan. Two bounds, computed once per batch size, settle most steps without sorting or calibrating the
+        B x K values: when even the smallest (calibrated) survival is above ``full_above`` every draft is
+        verified, and when their sum is below ``plain_below`` nothing is (proof at :meth:`_lean_table`). The
+        host guard on the values runs with value checks on (they come from the project's own ops here);
+        ragged totals are split by ``allocate_verify_budget``.
+        """
+        s = np.asarray(survival)
+        if s.ndim != 2 or s.shape[1] != self.max_drafts or s.shape[0] < 1:
+            raise ValueError(
+                f"survival must have shape [B, {self.max_drafts}] (max_drafts) with B >= 1; got {list(s.shape)}"
+            )
+        b, k = s.shape
+        self.last_num_reqs = b
+        if value_checks_enabled(torch.device("cpu")):
+            _check_host_values(s)
+            if factors is not None and not (np.all(np.isfinite(factors)) and np.all(factors > 0)):
+                raise ValueError(f"factors must be finite and > 0; got {np.asarray(factors).tolist()}")
+        full_above, plain_below = self._lean_table(b)
+        if factors is None:
+            smallest, bound = float(s[:, -1].min()), float(s.sum())
+        else:
+            smallest = float((s.min(axis=0) * factors).min())
+            bound = float(s.sum(axis=0) @ factors)
+        if smallest > full_above:
+            t = b * k
+        elif bound < plain_below:
+            t = 0
+        else:
+            values = s.astype(np.float64)
+            if factors is not None:
+                values = np.minimum.accumulate(np.minimum(values * factors, 1.0), axis=1)
+            flat = values.reshape(-1)
+            order = np.argsort(-flat, kind="stable")
+            prefix = np.concatenate(([0.0], np.cumsum(flat[order])))
+            ts, costs, plain = self._host_table(b)
+            obj = costs / (b + prefix[ts])
+            best = int(obj.argmin())
+            t = int(ts[best]) if obj[best] < plain / b else 0
+            if t not in (0, b * k):
+                self._totals.append(t)
+                split = split_budget(torch.from_numpy(values), t, backend=self.backend)
+                return t, split.num_drafts.tolist()
+        self._totals.append(t)
+        key = (b, t)
+        lengths = self._uniform_lengths.get(key)
+        if lengths is None:
+            lengths = self._uniform_lengths[key] = [t // b] * b
+        return t, list(lengths)
+
+    def _lean_table(self, b: int) -> tuple[float, float]:
+        """(full_above, plain_below) at batch size b, from the candidate totals and their costs.
+
+        With every survival > s and S_T <= T (survivals are <= 1), each candidate T < B*K has
+        cost_T / (b + S_T) >= cost_T / (b + T) > cost_BK / (b + B*K*s) >= cost_BK / (b + S_BK) when
+        s > (cost_BK (b + T) / cost_T - b) / (B*K); verifying every draft also beats plain decoding when
+        s > (cost_BK b / V(B) - b) / (B*K): ``full_above`` is the largest of these (inf when B*K is no
+        candidate or it is >= 1). With the survivals' sum S <= r_T = cost_T b / V(B) - b for every T > r_T,
+        cost_T / (b + min(T, S)) >= V(B) / b for every T, so plain decoding wins: ``plain_below`` is the
+        smallest such r_T (inf when none). Both carry a 1e-9 margin against rounding.
+        """
+        if b not in self._lean_tables:
+            ts, costs, plain, _ = self._table(b)
+            full = b * self.max_drafts
+            if ts[-1] != full:
+                full_above = math.inf
+            else:
+                c_full = costs[-1]
+                bounds = [(c_full * (b + t) / c - b) / full for t, c in zip(ts[:-1], costs[:-1])]
+                bounds.append((c_full * b / plain - b) / full)
+                full_above = max(bounds) + 1e-9
+                if full_above >= 1.0:
+                    full_above = math.inf
+            limits = [c * b / plain - b for t, c in zip(ts, costs) if t > c * b / plain - b]
+            plain_below = min(limits) - 1e-9 if limits else math.inf
+            self._lean_tables[b] = (full_above, plain_below)
+        return self._lean_tables[b]
 
     def _host_table(self, b: int) -> tuple[np.ndarray, np.ndarray, float]:
         """:meth:`_table` as NumPy arrays for the host search: (candidate totals, step costs, plain V(B))."""

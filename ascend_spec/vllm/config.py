@@ -39,6 +39,9 @@ class DynamicConfig:
       every step.
     * ``calibrate``: scale the drafter's survivals by the acceptance the target showed per draft position
       (:mod:`ascend_spec.graph.calibration`), so a confident but wrong drafter stops being over-verified.
+    * ``measure_steps``: correct the profiles' costs by the engine's measured step parts (the proposer's whole
+      step, the target step with and without drafts; :mod:`ascend_spec.vllm.step_costs`); ``false`` plans on
+      the profiles alone.
     """
 
     mode: str = "sync"
@@ -49,6 +52,7 @@ class DynamicConfig:
     statistic: str = "min"
     probe_interval: int = 8
     calibrate: bool = True
+    measure_steps: bool = True
 
     @property
     def enabled(self) -> bool:
@@ -81,8 +85,9 @@ def _parse_dynamic(raw: object) -> DynamicConfig:
         v = raw["max_startup_s"]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
             raise ValueError(f"{where}['max_startup_s'] must be a positive number of seconds; got {v!r}")
-    if "calibrate" in raw and not isinstance(raw["calibrate"], bool):
-        raise ValueError(f"{where}['calibrate'] must be true or false; got {raw['calibrate']!r}")
+    for key in ("calibrate", "measure_steps"):
+        if key in raw and not isinstance(raw[key], bool):
+            raise ValueError(f"{where}['{key}'] must be true or false; got {raw[key]!r}")
     for key, minimum in (("warmup", 0), ("repeats", 1), ("probe_interval", 1)):
         if key in raw:
             v = raw[key]

@@ -24,6 +24,7 @@ drafter's context cache (its slots stay zeroed): drafts right after a skip may b
 from __future__ import annotations
 
 import collections
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -109,7 +110,9 @@ class DynamicStats:
     plain_steps: int = 0
     host_copies: int = 0
     max_host_copies_per_step: int = 0
-    overhead_s: float = 0.0  # confidence + survival + controller + allocation, summed over steps
+    overhead_s: float = (
+        0.0  # confidence + survival + controller + allocation + calibration, summed over steps
+    )
     totals: collections.Counter = field(default_factory=collections.Counter)  # T per step
     lengths: collections.Counter = field(default_factory=collections.Counter)  # drafts per request per step
     batch_sizes: collections.Counter = field(default_factory=collections.Counter)
@@ -167,6 +170,7 @@ class DynamicVerifier:
         self._graph_keys: dict[tuple[int, int], tuple] = {}
         self.calibration = SurvivalCalibration(controller.max_drafts) if calibrate else None
         self.stats.calibration = self.calibration
+        self.step_costs = None  # the engine's MeasuredStepCosts (ascend_spec.vllm.step_costs), when measured
         # (request ids, raw survivals [B, K]) of the plan for the next step, and of the step being verified.
         self._next_predictions: tuple[list[str], np.ndarray] | None = None
         self._step_predictions: tuple[list[str], np.ndarray] | None = None
@@ -181,23 +185,26 @@ class DynamicVerifier:
         return True
 
     def lengths(self, scores: DraftScores, req_ids: list[str] | None = None) -> list[int]:
-        """This step's draft length per request; ``req_ids`` (the rows' request ids) feed the calibration."""
+        """This step's draft length per request; ``req_ids`` (the rows' request ids) feed the calibration.
+
+        The host path is a handful of calls: the two ops into reused buffers, the one host copy, the
+        calibration's factors (the survivals are not rescaled here) and ``BudgetController.plan_lengths``, whose
+        per-batch-size bounds settle full-block and plain steps without sorting.
+        """
         start = time.perf_counter()
         copies_before = self.reader.copies
         conf, surv = self._step_buffers(scores)
         confidence(scores, self.backend, out=conf)
-        host = self.reader.read(survival_probs(conf, out=surv))
+        host = self.reader.read(survival_probs(conf, out=surv)).numpy()
+        factors = None
         if self.calibration is not None:
-            raw = host.numpy()
+            factors = self.calibration.next_factors()
             if req_ids is not None:
-                self._next_predictions = (list(req_ids), raw.copy())
-            host = torch.from_numpy(self.calibration.apply(raw))
-        plan = self.controller.plan(host)  # T, split with allocate_verify_budget on the host copy
-        lengths = plan.num_drafts.tolist()  # a host tensor: no device read
-        elapsed = time.perf_counter() - start
-        self._record(lengths, plan.total_budget, elapsed, self.reader.copies - copies_before)
+                self._next_predictions = (list(req_ids), host.copy())  # the host buffer is reused
+        total, lengths = self.controller.plan_lengths(host, factors)
+        self._record(lengths, total, time.perf_counter() - start, self.reader.copies - copies_before)
         self.stats.score_kinds[scores.kind] += 1  # head: head_confidence ran; logits: max_softmax_confidence
-        if plan.total_budget == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, ..., 32x
+        if total == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, ..., 32x
             self._plain_probes += 1
             interval = self.probe_interval * 2 ** min(self._plain_probes - 1, MAX_BACKOFF_DOUBLINGS)
             self._skips_left = interval - 1
@@ -212,23 +219,33 @@ class DynamicVerifier:
         self._step_verified = verified
 
     def end_step(self, req_ids: list[str], sampled: list[list[int]]) -> None:
-        """The step's host output (V1's own copy): request b accepted ``len(sampled[b]) - 1`` drafts."""
+        """The step's host output (V1's own copy): request b accepted ``len(sampled[b]) - 1`` drafts.
+
+        Vectorised over the step's rows: the counts come from the host lists with C-level ``map``s, and when
+        the rows are the planned requests in the planned order (the usual step) no id is looked up.
+        """
         step, verified = self._step_predictions, self._step_verified
         self._step_predictions, self._step_verified = None, {}
         if self.calibration is None or step is None or not verified:
             return
+        start = time.perf_counter()
         planned_ids, predicted = step
-        row_of = {rid: i for i, rid in enumerate(planned_ids)}
-        rows, counts, accepted = [], [], []
-        for rid, tokens in zip(req_ids, sampled):
-            drafts = verified.get(rid)
-            row = row_of.get(rid)
-            if drafts and row is not None and tokens:  # empty: discarded (partial prefill), nothing verified
-                rows.append(row)
-                counts.append(len(drafts))
-                accepted.append(len(tokens) - 1)
-        if rows:
-            self.calibration.observe(predicted[rows], np.asarray(counts), np.asarray(accepted))
+        n = len(req_ids)
+        counts = np.fromiter(map(len, map(verified.get, req_ids, itertools.repeat(()))), np.int64, n)
+        accepted = np.fromiter(map(len, sampled), np.int64, n) - 1  # -1: discarded (partial prefill)
+        keep = (counts > 0) & (accepted >= 0)
+        if planned_ids == req_ids:
+            rows = predicted
+        else:  # requests joined, left or moved since the plan: match rows by id (unplanned ones are skipped)
+            row_of = {rid: i for i, rid in enumerate(planned_ids)}
+            index = np.fromiter(map(row_of.get, req_ids, itertools.repeat(-1)), np.int64, n)
+            keep &= index >= 0
+            rows = predicted[np.where(index >= 0, index, 0)]
+        if keep.all():
+            self.calibration.observe(rows, counts, accepted)
+        elif keep.any():
+            self.calibration.observe(rows[keep], counts[keep], accepted[keep])
+        self.stats.overhead_s += time.perf_counter() - start
 
     def _step_buffers(self, scores: DraftScores) -> tuple[torch.Tensor, torch.Tensor]:
         key = (scores.num_reqs, scores.num_drafts, scores.values.device)
@@ -247,12 +264,18 @@ class DynamicVerifier:
         s.steps += 1
         s.plain_steps += total == 0
         s.host_copies += copies
-        s.max_host_copies_per_step = max(s.max_host_copies_per_step, copies)
+        if copies > s.max_host_copies_per_step:
+            s.max_host_copies_per_step = copies
         s.overhead_s += elapsed
         s.totals[total] += 1
-        s.lengths.update(lengths)
+        if (
+            total % b == 0 and lengths[0] * b == total and min(lengths) == lengths[0]
+        ):  # uniform: no histogram loop
+            s.lengths[lengths[0]] += b
+        else:
+            s.lengths.update(lengths)
+            s.ragged_steps += 1
         s.batch_sizes[b] += 1
-        s.ragged_steps += len(set(lengths)) > 1
         s.last_lengths = lengths
         if self.graphs is not None:
             keys = self._graph_keys.get((b, total))

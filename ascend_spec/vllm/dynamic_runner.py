@@ -3,13 +3,15 @@
 Patch points (register: :mod:`ascend_spec.vllm.patches`): ``dynamic_profiles`` (``execute_model``, first call),
 ``dynamic_propose`` (``propose_draft_token_ids``), ``dynamic_take_drafts`` (``take_draft_token_ids``),
 ``dynamic_skip_drafter`` (``_input_fits_in_drafter``), ``dynamic_plain_sample`` (``_sample``),
-``dynamic_zero_draft_metadata`` (``_calc_spec_decode_metadata``); all
+``dynamic_zero_draft_metadata`` (``_calc_spec_decode_metadata``), ``dynamic_zero_draft_copy``
+(``_copy_draft_token_ids_to_cpu``); all
 instance attributes of a runner whose engine sets ``additional_config["ascend_spec"]["dynamic"]``.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import types
 from typing import Any
 
@@ -20,6 +22,7 @@ from ascend_spec.vllm.config import _where
 from ascend_spec.vllm.cost_profiles import engine_profiles, measure_engine_profiles, profile_key
 from ascend_spec.vllm.dynamic import DynamicVerifier, trim_draft_token_ids
 from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, engine_graphs
+from ascend_spec.vllm.step_costs import MeasuredStepCosts
 
 logger = logging.getLogger("ascend_spec.vllm")
 
@@ -51,18 +54,25 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     sample = runner._sample
     sample_tokens = runner.sample_tokens
     calc_metadata = runner._calc_spec_decode_metadata
+    copy_drafts = runner._copy_draft_token_ids_to_cpu
     zero_draft_metadata: dict[
         int, Any
     ] = {}  # B -> V1's metadata of a decode step where no request has drafts
     runner.ascend_spec_dynamic = None
     runner._ascend_spec_lengths = None
+    # This step's timing for the measured step costs: [start, B, drafts verified, decode only, proposer s]
+    step = [0.0, 0, 0, False, 0.0]
 
     def _execute_model(self, scheduler_output, *args: Any, **kwargs: Any):  # noqa: ANN001, ANN202
         if (
             self.ascend_spec_dynamic is None
         ):  # before the first step's inputs exist, as vLLM's own dummy batches
             self.ascend_spec_dynamic = build_verifier(self)
-        self.ascend_spec_dynamic.begin_step(scheduler_output.scheduled_spec_decode_tokens)
+        verified = scheduler_output.scheduled_spec_decode_tokens
+        self.ascend_spec_dynamic.begin_step(verified)
+        b = len(scheduler_output.num_scheduled_tokens)
+        t = sum(map(len, verified.values()))
+        step[:] = (time.perf_counter(), b, t, scheduler_output.total_num_scheduled_tokens == b + t, 0.0)
         return execute_model(scheduler_output, *args, **kwargs)
 
     def _sample_tokens(self, *args: Any, **kwargs: Any):  # noqa: ANN202
@@ -71,10 +81,15 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
         sampled = getattr(output, "sampled_token_ids", None)
         if verifier is not None and isinstance(sampled, list):  # V1's host lists (sync scheduling)
             verifier.end_step(output.req_ids, sampled)
+            costs = verifier.step_costs
+            if costs is not None and step[3] and step[1]:  # a decode step: the target part, proposer excluded
+                seconds = time.perf_counter() - step[0] - step[4]
+                costs.add("verify" if step[2] else "plain", step[1], step[2], seconds)
         return output
 
     def _propose(self, *args: Any, **kwargs: Any):  # noqa: ANN202
         self._ascend_spec_lengths = None
+        start = time.perf_counter()
         drafts = propose(*args, **kwargs)
         verifier = self.ascend_spec_dynamic
         take_scores = getattr(self.drafter, "take_draft_scores", None)
@@ -87,6 +102,9 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
                         f"proposed {list(drafts.shape)}"
                     )
                 self._ascend_spec_lengths = verifier.lengths(scores, self.input_batch.req_ids)
+        step[4] = time.perf_counter() - start  # the proposer and the plan: not the target's part
+        if verifier is not None and verifier.step_costs is not None and torch.is_tensor(drafts) and step[3]:
+            verifier.step_costs.add("draft", drafts.shape[0], 0, step[4])
         return drafts
 
     def _fits(self, *args: Any, **kwargs: Any) -> bool:
@@ -108,7 +126,11 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
         # Plain-decode steps of B one-token requests all have the same metadata (no draft is selected, so the
         # token ids never enter it): V1's own result for that B, built once.
         b = len(num_draft_tokens)
-        if b and int(cu_num_scheduled_tokens[-1]) == b and not num_draft_tokens.any():
+        if b and step[3] and not step[2] and b == step[1]:  # this step: B one-token requests, no drafts
+            plain = int(cu_num_scheduled_tokens[-1]) == b
+        else:
+            plain = b and int(cu_num_scheduled_tokens[-1]) == b and not num_draft_tokens.any()
+        if plain:
             metadata = zero_draft_metadata.get(b)
             if metadata is None:
                 metadata = zero_draft_metadata[b] = calc_metadata(num_draft_tokens, cu_num_scheduled_tokens)
@@ -117,18 +139,22 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
 
     def _take(self):  # noqa: ANN202
         lengths, self._ascend_spec_lengths = self._ascend_spec_lengths, None
-        if lengths is not None and not any(lengths) and self._draft_token_req_ids:
-            # No request verifies a draft: the lists V1 would read back are cut to nothing anyway.
-            from vllm.v1.outputs import DraftTokenIds
-
-            req_ids = self._draft_token_req_ids
-            if len(req_ids) != len(lengths):
-                raise RuntimeError(
-                    f"ascend-spec dynamic verification chose lengths for {len(lengths)} requests but the drafter's "
-                    f"lists are for {len(req_ids)}"
-                )
-            return DraftTokenIds(req_ids, [[] for _ in req_ids])
+        if lengths is not None and not any(lengths):
+            # No request verifies a draft: hand the scheduler nothing. It cleared every scheduled request's
+            # drafts when it scheduled this step, so its per-request update with empty lists changes nothing.
+            return None
         return trim_draft_token_ids(take(), lengths)
+
+    def _copy_drafts(self, scheduler_output, zeros_only: bool = False):  # noqa: ANN001, ANN202
+        lengths = self._ascend_spec_lengths
+        if lengths is not None and not any(lengths):
+            # A plan without drafts (or a skipped drafter): _take hands nothing on, so nothing reads the host
+            # copy of the drafts; keep V1's bookkeeping, skip the copy (or the zero-fill) of the buffer.
+            if torch.is_tensor(self._draft_token_ids):
+                self.prev_num_spec_tokens = self._draft_token_ids.shape[1]
+            self._draft_token_req_ids = self.input_batch.req_ids.copy()
+            return None
+        return copy_drafts(scheduler_output, zeros_only)
 
     runner.execute_model = types.MethodType(_execute_model, runner)
     runner.propose_draft_token_ids = types.MethodType(_propose, runner)
@@ -137,6 +163,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     runner._sample = types.MethodType(_sample, runner)
     runner.sample_tokens = types.MethodType(_sample_tokens, runner)
     runner._calc_spec_decode_metadata = types.MethodType(_calc_metadata, runner)
+    runner._copy_draft_token_ids_to_cpu = types.MethodType(_copy_drafts, runner)
 
 
 def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
@@ -182,6 +209,8 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         calibrate=settings.dynamic.calibrate,
     )
     verifier.profiles = profiles
+    if settings.dynamic.measure_steps:
+        verifier.step_costs = MeasuredStepCosts(controller, statistic=settings.dynamic.statistic)
     logger.info(
         "ascend-spec: dynamic verification (%s), K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up)",
         settings.dynamic.mode,
@@ -227,4 +256,5 @@ def dynamic_stats(worker) -> dict | None:  # noqa: ANN001 - collective_rpc targe
     out["profile_startup_s"] = verifier.profiles.startup_s
     out["target_costs"] = verifier.profiles.target.costs
     out["draft_costs"] = verifier.profiles.draft.costs
+    out["step_costs"] = None if verifier.step_costs is None else verifier.step_costs.as_dict()
     return out

@@ -127,7 +127,9 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         name="dynamic_take_drafts",
         target="GPUModelRunner.take_draft_token_ids (per runner instance)",
         what="cuts each request's draft list to its chosen length before the engine core hands it to the "
-        "scheduler (which schedules len(spec_token_ids) per request: the target verifies ragged lengths)",
+        "scheduler (which schedules len(spec_token_ids) per request: the target verifies ragged lengths); a "
+        "plan without drafts hands nothing (None: the scheduler cleared every scheduled request's drafts when "
+        "it scheduled the step, so its per-request update with empty lists would change nothing)",
         why="the one place where V1's draft lists leave the runner, already on the host",
         how="instance attribute wrapping the bound method",
         remove_when="with dynamic_propose",
@@ -163,10 +165,22 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="with dynamic_plain_sample",
     ),
     PatchPoint(
+        name="dynamic_zero_draft_copy",
+        target="GPUModelRunner._copy_draft_token_ids_to_cpu (per runner instance)",
+        what="after a plan without drafts or a skipped drafter, V1's copy (or zero-fill) of the drafts into its "
+        "host buffer is skipped; its bookkeeping (the draft request ids, prev_num_spec_tokens) is kept",
+        why="nothing reads that buffer then (dynamic_take_drafts hands the scheduler nothing, sync scheduling "
+        "only); on the CPU engine the zero-fill and its stream/event calls cost ~40 us per step, part of what "
+        "kept a zero-draft step above a plain engine's",
+        how="instance attribute wrapping the bound method; every other step calls the original",
+        remove_when="with dynamic_take_drafts",
+    ),
+    PatchPoint(
         name="dynamic_observe_acceptance",
         target="GPUModelRunner.sample_tokens (per runner instance)",
         what="after V1's bookkeeping: each verifying request's accepted count (len(sampled) - 1 of the host "
-        "lists V1 already copied) and its verified count feed the survival calibration",
+        "lists V1 already copied) and its verified count feed the survival calibration; the wall time of the "
+        "step's target part (execute_model + sample_tokens without the proposer) feeds the measured step costs",
         why="the controller's survivals are the drafter's own confidences; a confident but wrong drafter makes it "
         "over-verify unless they are scaled by the acceptance the target showed",
         how="instance attribute wrapping the bound method; reads ModelRunnerOutput only (sync scheduling)",
@@ -182,7 +196,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "changes torch's thread count after the KV cache is built (timings taken inside initialize_kv_cache "
         "were ~100x off); between steps is where vLLM runs its own dummy batches",
         how="instance attribute wrapping the bound method; builds once, then records "
-        "scheduled_spec_decode_tokens and calls through",
+        "scheduled_spec_decode_tokens and the step's start (measured step costs) and calls through",
         remove_when="vLLM exposes per-size step timings of target and drafter",
     ),
     PatchPoint(
@@ -479,6 +493,8 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
     load_model = runner.load_model
 
     def _update_states_with_flush(self, scheduler_output):  # noqa: ANN001, ANN202
+        if self.__dict__.get("_ascend_spec_gdn_layers") == []:  # a loaded model without GDN layers
+            return update_states(scheduler_output)
         from ascend_spec.vllm.gdn_layer import new_step
 
         new_step()

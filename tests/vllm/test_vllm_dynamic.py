@@ -58,9 +58,10 @@ def _profile(path: Path, target: dict, draft: dict) -> str:
 
 
 def _dynamic(profile: str, calibrate: bool = False) -> dict:
-    """Dynamic verification on a given profile; the survival calibration off unless asked for, so the decisions
-    follow the drafter's confidences and the profile alone."""
-    return {"dynamic": {"mode": "sync", "profile": profile, "calibrate": calibrate}}
+    """Dynamic verification on a given profile; the survival calibration off unless asked for and the measured
+    step corrections off (the given profiles are in made-up units), so the decisions follow the drafter's
+    confidences and the profile alone."""
+    return {"dynamic": {"mode": "sync", "profile": profile, "calibrate": calibrate, "measure_steps": False}}
 
 
 def _check_step_counters(stats: dict, max_batch: int) -> None:
@@ -248,6 +249,34 @@ def test_calibration_stops_over_verifying_a_confident_wrong_drafter(
     assert drafts_per_step(calibrated.dynamic) < drafts_per_step(raw.dynamic)
     accepted_share = [r.num_accepted / r.num_draft_tokens for r in (raw, calibrated) if r.num_draft_tokens]
     assert accepted_share[0] < 0.5  # the premise: most verified drafts of the raw controller are rejected
+
+
+def test_measured_step_costs_see_what_a_speculative_step_costs_beyond_its_forwards(
+    engine_dir, dense_low_entropy, plain_dense
+):
+    """Measured profiles and measured step costs (the defaults) on the confident but wrong low-entropy drafter,
+    the drafter run at every step: every decode step's parts are timed, a speculative step's correction exceeds
+    plain decoding's at every batch size seen (V1's proposer does more than the drafter's forward), the
+    controller settles mostly on plain decoding and the output is plain decoding's."""
+    plugin = {"dynamic": {"profile": "measure", "repeats": 3, "probe_interval": 1}}
+    env = dict(ENV, VLLM_CACHE_ROOT=str(engine_dir / "step_costs_cache"))
+    ours = run(
+        engine_dir,
+        dense_low_entropy,
+        speculative=speculative("dflash", dense_low_entropy),
+        plugin=plugin,
+        env=env,
+    )
+    assert_matches_plain(plain_dense, ours, allow_ties=False)
+    stats = ours.dynamic
+    _check_step_counters(stats, len(PROMPTS))
+    measured = stats["step_costs"]
+    assert measured["samples"]["draft"] >= stats["steps"] - len(PROMPTS) - 1  # every decode step's proposer
+    assert measured["samples"]["plain"] > 0
+    assert measured["corrections_ms"]
+    for b, (speculative_ms, plain_ms) in measured["corrections_ms"].items():
+        assert speculative_ms > plain_ms, (b, speculative_ms, plain_ms)
+    assert stats["plain_steps"] > stats["steps"] / 2
 
 
 def test_plugin_without_the_dynamic_key_verifies_every_draft(engine_dir, dense_low_entropy, plain_dense):

@@ -57,6 +57,7 @@ def test_dynamic_is_off_unless_given() -> None:
         ({"warmup": -1}, "['dynamic']['warmup'] must be an int >= 0; got -1"),
         ({"statistic": "mean"}, "['dynamic']['statistic'] must be one of min, median; got 'mean'"),
         ({"calibrate": 1}, "['dynamic']['calibrate'] must be true or false; got 1"),
+        ({"measure_steps": "yes"}, "['dynamic']['measure_steps'] must be true or false; got 'yes'"),
         ("sync", "additional_config['ascend_spec']['dynamic'] must be a dict of settings (or true/false)"),
     ],
 )
@@ -280,6 +281,7 @@ def test_zero_draft_steps_sample_plainly_and_reuse_their_metadata() -> None:
         _sample=lambda logits, meta: calls["sample"].append(meta) or "sampled",
         sample_tokens=lambda *a: None,
         _calc_spec_decode_metadata=metadata,
+        _copy_draft_token_ids_to_cpu=lambda *a: None,
     )
     install_dynamic(runner)
     zero = runner._calc_spec_decode_metadata(np.zeros(3, np.int32), np.array([1, 2, 3]))
@@ -290,6 +292,42 @@ def test_zero_draft_steps_sample_plainly_and_reuse_their_metadata() -> None:
     assert runner._sample("logits", zero) == "sampled" and runner._sample("logits", drafted) == "sampled"
     runner._sample("logits", prefill)
     assert calls["sample"] == [None, drafted, None]
+
+
+def test_plans_without_drafts_hand_the_scheduler_nothing_and_skip_the_host_copy() -> None:
+    """dynamic_take_drafts / dynamic_zero_draft_copy on a stand-in runner: after an all-zero plan (or a skipped
+    drafter) take_draft_token_ids gives None (the scheduler already cleared the requests' drafts) and V1's copy of
+    the drafts to the host buffer does not run, its bookkeeping does; any other step goes through V1's own."""
+    from vllm.v1.outputs import DraftTokenIds
+
+    from ascend_spec.vllm.dynamic_runner import install_dynamic
+
+    copies: list[bool] = []
+    runner = SimpleNamespace(
+        execute_model=lambda *a: None,
+        propose_draft_token_ids=lambda *a: None,
+        take_draft_token_ids=lambda: DraftTokenIds(["a", "b"], [[1, 2, 3], [4, 5, 6]]),
+        _input_fits_in_drafter=lambda *a: True,
+        _sample=lambda *a: None,
+        sample_tokens=lambda *a: None,
+        _calc_spec_decode_metadata=lambda *a: None,
+        _copy_draft_token_ids_to_cpu=lambda scheduler_output, zeros_only=False: copies.append(zeros_only),
+        input_batch=SimpleNamespace(req_ids=["a", "b"]),
+        _draft_token_ids=torch.zeros(2, 3, dtype=torch.int32),
+        prev_num_spec_tokens=0,
+        _draft_token_req_ids=None,
+    )
+    install_dynamic(runner)
+    runner._ascend_spec_lengths = [0, 0]
+    runner._copy_draft_token_ids_to_cpu(None, zeros_only=True)
+    assert copies == [] and runner._draft_token_req_ids == ["a", "b"] and runner.prev_num_spec_tokens == 3
+    assert runner.take_draft_token_ids() is None and runner._ascend_spec_lengths is None
+    runner._ascend_spec_lengths = [2, 0]  # a ragged plan: V1's copy, then the lists cut
+    runner._copy_draft_token_ids_to_cpu(None)
+    assert copies == [False]
+    assert runner.take_draft_token_ids().draft_token_ids == [[1, 2], []]
+    runner._copy_draft_token_ids_to_cpu(None, zeros_only=True)  # no plan (V1's own zero step): V1's path
+    assert copies == [False, True]
 
 
 def test_bad_score_kind_is_refused() -> None:
