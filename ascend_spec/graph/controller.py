@@ -331,18 +331,22 @@ class BudgetController:
         host = s.detach().cpu()  # the V1 device-to-host read (callers hand in the host copy: a no-op then)
         values = (host if host.dtype in (torch.float32, torch.float64) else host.float()).numpy()
         _check_host_values(values)
-        flat = values.reshape(-1).astype(np.float64)
-        # Stable descending order: ties keep the flat b-major order, as allocate_verify_budget ranks them.
+        t, prefix = self._search_total(values.reshape(-1).astype(np.float64), b)
+        self._totals.append(t)
+        fixed = t in (0, b * k)  # the same split whatever the survivals
+        split = self._fixed_split(s, t) if fixed else split_budget(s, t, backend=self.backend)
+        return self._make_plan(b, t, split, b + float(prefix[t]))
+
+    def _search_total(self, flat: np.ndarray, b: int) -> tuple[int, np.ndarray]:
+        """The total T minimising the step cost per expected token over the B x K survivals ``flat`` (float64),
+        0 when plain decoding is cheaper, and the prefix sums of the survivals in rank order. Stable descending
+        order: ties keep the flat b-major order, as allocate_verify_budget ranks them."""
         order = np.argsort(-flat, kind="stable")
         prefix = np.concatenate(([0.0], np.cumsum(flat[order])))
         ts, costs, plain = self._host_table(b)
         obj = costs / (b + prefix[ts])
         best = int(obj.argmin())
-        t = int(ts[best]) if obj[best] < plain / b else 0
-        self._totals.append(t)
-        fixed = t in (0, b * k)  # the same split whatever the survivals
-        split = self._fixed_split(s, t) if fixed else split_budget(s, t, backend=self.backend)
-        return self._make_plan(b, t, split, b + float(prefix[t]))
+        return (int(ts[best]) if obj[best] < plain / b else 0), prefix
 
     def plan_lengths(self, survival: np.ndarray, factors: np.ndarray | None = None) -> tuple[int, list[int]]:
         """Sync mode straight from the host copy, for an engine's step: (total T, per-request draft lengths).
@@ -380,13 +384,7 @@ class BudgetController:
             values = s.astype(np.float64)
             if factors is not None:
                 values = np.minimum.accumulate(np.minimum(values * factors, 1.0), axis=1)
-            flat = values.reshape(-1)
-            order = np.argsort(-flat, kind="stable")
-            prefix = np.concatenate(([0.0], np.cumsum(flat[order])))
-            ts, costs, plain = self._host_table(b)
-            obj = costs / (b + prefix[ts])
-            best = int(obj.argmin())
-            t = int(ts[best]) if obj[best] < plain / b else 0
+            t, _ = self._search_total(values.reshape(-1), b)
             if t not in (0, b * k):
                 self._totals.append(t)
                 split = split_budget(torch.from_numpy(values), t, backend=self.backend)
