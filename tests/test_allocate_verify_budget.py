@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_spec.backend import BACKENDS
+from ascend_spec.backend import own_backends
 from ascend_spec.ops import VerifyAllocation, allocate_verify_budget, survival_probs
 
 
@@ -35,6 +35,15 @@ def check_layout(alloc: VerifyAllocation, counts: list[int], k: int, length: int
     want_index = [i * k + j for i in range(b) for j in range(counts[i])]
     assert alloc.draft_index.shape == (length,)
     assert alloc.draft_index.tolist() == want_index + [-1] * (length - len(want_index))
+
+
+# The op has no native cpu kernel (its cpu entry is the reference): the backends with their own implementation.
+BACKENDS = own_backends("allocate_verify_budget")
+
+
+@pytest.fixture(params=BACKENDS, scope="session")
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
 
 
 def run(survival, budget, backend, **kw) -> VerifyAllocation:

@@ -178,3 +178,14 @@ def test_check_int_takes_index_types_with_a_minimum() -> None:
             check_int("n", bad)
     with pytest.raises(ValueError, match="n must be >= 1; got 0"):
         check_int("n", np.int64(0), minimum=1)
+
+
+def test_own_backends_leave_out_an_alias_of_the_reference() -> None:
+    assert bk.own_backends("allocate_verify_budget") == ("reference", "triton", "ascendc")
+    for op in (
+        "prepare_block_slots",
+        "max_softmax_partials",
+        "verify_gated_delta_rule",
+        "verify_causal_conv1d",
+    ):
+        assert bk.own_backends(op) == bk.BACKENDS

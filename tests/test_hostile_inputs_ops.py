@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ascend_spec.backend import BACKENDS, CHECKS_ENV, BackendUnavailableError
+from ascend_spec.backend import BACKENDS, CHECKS_ENV, BackendUnavailableError, own_backends
 from ascend_spec.ops import (
     allocate_verify_budget,
     max_softmax_confidence,
@@ -50,7 +50,7 @@ def value_checks(on: bool) -> Iterator[None]:
 # ------------------------------------------------------------------------------------- allocate_verify_budget
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", own_backends("allocate_verify_budget"))
 @pytest.mark.parametrize("checks", [True, False], ids=["checks", "unchecked"])
 @pytest.mark.parametrize("cap_dtype", [torch.int32, torch.int64], ids=["i32", "i64"])
 @pytest.mark.parametrize("mode", ["none", "in range", "wild"])
