@@ -248,6 +248,29 @@ inline int64_t replay_count(int64_t pending, int64_t recorded, int64_t capacity)
   return pending < 0 ? 0 : (pending < rec ? pending : rec);
 }
 
+// A row a GDN-pair kernel works on: its slot, its tokens [start, start + len) (verify calls), its pending count
+// and the records it replays (replay_count).
+struct WorkRow {
+  int64_t slot, start, len, pending, replay;
+};
+
+// The call's owned rows a kernel works on, in row order: with tokens in a verify call, those `keep_flush`
+// accepts in a flush. `scan` keeps the coverage (RowScan::all_written) of what it read.
+template <typename KeepFlush>
+std::vector<WorkRow> work_rows(RowScan& scan, int64_t num_rows, bool verify, const int32_t* pending,
+                               int64_t pending_s0, const int32_t* recorded, int64_t capacity, KeepFlush keep_flush) {
+  std::vector<WorkRow> rows;
+  rows.reserve(static_cast<size_t>(num_rows));
+  for (int64_t b = 0; b < num_rows; ++b) {
+    const RowScan::Span span = scan.at(b);
+    if (!span.owned) continue;
+    const int64_t p = pending[b * pending_s0];
+    const WorkRow row{span.slot, span.start, span.len, p, replay_count(p, recorded[span.slot], capacity)};
+    if (verify ? row.len > 0 : keep_flush(row)) rows.push_back(row);
+  }
+  return rows;
+}
+
 // One parallel loop over `n` independent work items on `threads` threads (no region for a single thread).
 template <typename F>
 inline void parallel_for(int64_t n, int64_t threads, F&& body) {

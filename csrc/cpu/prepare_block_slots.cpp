@@ -11,7 +11,7 @@ using namespace ascend_spec_cpu;
 namespace {
 
 struct BlockSlotsArgs {
-  int64_t anchor_ids, anchor_positions, block_table, rope, context_lens, context_start;  // inputs
+  int64_t anchor_ids, anchor_positions, block_table, rope, context_start;  // inputs (context_start: the op's sums)
   int64_t input_ids, positions, slot_mapping, query_start_loc, seq_lens, sample_indices;  // outputs
   int64_t context_slot_mapping, context_positions;
   int64_t num_reqs, num_padded_reqs, num_query, num_pages, block_size, mask_token_id, sample_from_anchor;

@@ -24,9 +24,7 @@ struct ConvArgs {
 
 constexpr int64_t kChannelBlock = 512;
 
-struct Row {
-  int64_t slot, start, len, replay;
-};
+using Row = WorkRow;
 
 // committed[k][c - c0] for k < W-1: entry replay + k of (pool[slot] ++ records.x[slot]).
 void committed_state(const ConvArgs& a, const Row& r, int64_t c0, int64_t nc, float* committed) {
@@ -106,17 +104,11 @@ int run(const ConvArgs& a) {
   int32_t* pending = reinterpret_cast<int32_t*>(a.pending);
   int32_t* recorded = reinterpret_cast<int32_t*>(a.rec_num);
   const bool verify = a.mode == 0;
-  std::vector<Row> rows;
-  rows.reserve(static_cast<size_t>(a.num_rows));
   RowScan scan(a.state_indices, a.idx_dtype, a.idx_s0, a.num_slots, verify ? a.cu_seqlens : 0, a.cu_dtype,
                a.cu_s0, a.num_tokens);
-  for (int64_t b = 0; b < a.num_rows; ++b) {
-    const RowScan::Span span = scan.at(b);
-    if (!span.owned) continue;
-    const int64_t p = pending[b * a.pending_s0];
-    const int64_t n = replay_count(p, recorded[span.slot], a.capacity);
-    if (verify ? span.len > 0 : p > 0) rows.push_back({span.slot, span.start, span.len, n});
-  }
+  // A flush writes the committed state of every owned row with something pending (p > 0), as the reference.
+  const std::vector<Row> rows = work_rows(scan, a.num_rows, verify, pending, a.pending_s0, recorded, a.capacity,
+                                          [](const Row& r) { return r.pending > 0; });
   if (verify && !scan.all_written()) {
     std::memset(reinterpret_cast<void*>(a.out), 0,
                 static_cast<size_t>(a.num_tokens * a.channels) * (a.x_dtype == kF32 ? 4 : 2));

@@ -31,9 +31,12 @@ struct GdnArgs {
   double scale;
 };
 
-struct Row {
-  int64_t row, slot, start, len, replay, bank;
-};
+using Row = WorkRow;
+
+// The bank holding a slot's last call's records (flipped only after every work item ran).
+inline int64_t bank_of(const GdnArgs& a, int64_t slot) {
+  return reinterpret_cast<const int32_t*>(a.rec_bank)[slot] ? 1 : 0;
+}
 
 inline void l2normalise(float* x, int64_t n) {
   float ss = 0.f;
@@ -59,13 +62,13 @@ inline void axpy(float* __restrict y, float a, const float* __restrict x, int64_
 float replay_lhs(const GdnArgs& a, const Row& r, int64_t h, int64_t hv, float* lhs) {
   const float* rk = reinterpret_cast<const float*>(a.rec_k);
   const float* rg = reinterpret_cast<const float*>(a.rec_g);
-  const int64_t cap = a.capacity;
+  const int64_t cap = a.capacity, bank = bank_of(a, r.slot);
   float tail = 0.f;  // g_{t+1} + ... + g_{n-1}
   for (int64_t t = r.replay - 1; t >= 0; --t) {
     const float w = std::exp(tail);
-    const float* kt = rk + (((r.slot * 2 + r.bank) * cap + t) * a.num_heads + h) * a.dk;
+    const float* kt = rk + (((r.slot * 2 + bank) * cap + t) * a.num_heads + h) * a.dk;
     for (int64_t i = 0; i < a.dk; ++i) lhs[t * a.dk + i] = w * kt[i];
-    tail += rg[((r.slot * 2 + r.bank) * cap + t) * a.num_v_heads + hv];
+    tail += rg[((r.slot * 2 + bank) * cap + t) * a.num_v_heads + hv];
   }
   return std::exp(tail);
 }
@@ -242,7 +245,7 @@ void verify_head(const GdnArgs& a, const Row& r, int64_t hv) {
 
   // This call's records into the other bank (u has one copy, owned by this head).
   const int64_t cap = a.capacity;
-  const int64_t nb = 1 - r.bank;
+  const int64_t nb = 1 - bank_of(a, r.slot);
   const int64_t rec_len = std::min(len, cap);
   float* rk = reinterpret_cast<float*>(a.rec_k);
   float* rg = reinterpret_cast<float*>(a.rec_g);
@@ -270,21 +273,11 @@ int run(const GdnArgs& a) {
   int32_t* bank = reinterpret_cast<int32_t*>(a.rec_bank);
   int32_t* recorded = reinterpret_cast<int32_t*>(a.rec_num);
   const bool verify = a.mode == 0;
-  std::vector<Row> rows;
-  rows.reserve(static_cast<size_t>(a.num_rows));
   RowScan scan(a.state_indices, a.idx_dtype, a.idx_s0, a.num_slots, verify ? a.cu_seqlens : 0, a.cu_dtype,
                a.cu_s0, a.num_tokens);
-  for (int64_t b = 0; b < a.num_rows; ++b) {
-    const RowScan::Span span = scan.at(b);
-    if (!span.owned) continue;
-    const int64_t n = replay_count(pending[b * a.pending_s0], recorded[span.slot], a.capacity);
-    const int64_t slot_bank = bank[span.slot] ? 1 : 0;
-    if (!verify) {
-      if (n > 0) rows.push_back({b, span.slot, 0, 0, n, slot_bank});
-      continue;  // every owned slot's count is reset after the commits (below)
-    }
-    if (span.len > 0) rows.push_back({b, span.slot, span.start, span.len, n, slot_bank});
-  }
+  // A flush commits the owned rows with records to replay; every owned slot's count is reset after (below).
+  const std::vector<Row> rows = work_rows(scan, a.num_rows, verify, pending, a.pending_s0, recorded, a.capacity,
+                                          [](const Row& r) { return r.replay > 0; });
   if (verify && !scan.all_written()) {
     std::memset(reinterpret_cast<void*>(a.out), 0,
                 static_cast<size_t>(a.num_tokens * a.num_v_heads * a.dv) * (a.qkv_dtype == kF32 ? 4 : 2));
@@ -301,7 +294,7 @@ int run(const GdnArgs& a) {
   });
   if (verify) {
     for (const Row& r : rows) {
-      bank[r.slot] = static_cast<int32_t>(1 - r.bank);
+      bank[r.slot] = static_cast<int32_t>(1 - bank_of(a, r.slot));
       recorded[r.slot] = static_cast<int32_t>(std::min(r.len, a.capacity));
     }
   } else {

@@ -14,7 +14,7 @@ KERNEL = "prepare_block_slots"
 Arguments = native.arguments_struct(
     "BlockSlotsArgs",
     (
-        "anchor_ids", "anchor_positions", "block_table", "rope", "context_lens", "context_start",
+        "anchor_ids", "anchor_positions", "block_table", "rope", "context_start",
         "input_ids", "positions", "slot_mapping", "query_start_loc", "seq_lens", "sample_indices",
         "context_slot_mapping", "context_positions",
         "num_reqs", "num_padded_reqs", "num_query", "num_pages", "block_size", "mask_token_id",
@@ -31,8 +31,7 @@ def prepare_block_slots(args: BlockSlotsArgs, out: BlockSlots) -> None:
     native.call(
         KERNEL,
         Arguments(
-            ptr(args.anchor_token_ids), ptr(args.anchor_positions), ptr(table), ptr(rope), ptr(args.context_lens),
-            ptr(out.context_start_loc), ptr(out.input_ids), ptr(out.positions), ptr(out.slot_mapping),
+            ptr(args.anchor_token_ids), ptr(args.anchor_positions), ptr(table), ptr(rope), ptr(out.context_start_loc), ptr(out.input_ids), ptr(out.positions), ptr(out.slot_mapping),
             ptr(out.query_start_loc), ptr(out.seq_lens), ptr(out.sample_indices), ptr(out.context_slot_mapping),
             ptr(out.context_positions), args.num_reqs, args.num_padded_reqs, args.num_query_tokens,
             table.shape[1], args.block_size, args.mask_token_id, int(args.sample_from_anchor), args.total_context,
