@@ -127,3 +127,71 @@ def test_builds_without_openmp_when_the_toolchain_lacks_it(tmp_path):
     from ascend_spec.gdn.verify_causal_conv1d.cpu import Arguments
 
     assert lib.verify_causal_conv1d_args_bytes() == ctypes.sizeof(Arguments)
+
+
+# ------------------------------------------------------------- dynamic verification's one-call CPU step
+
+
+def _draft_logits(b: int, k: int, v: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(b * k, v, generator=gen) * 3.0
+    x[0, v // 2] += 40.0  # a sure draft
+    x[-1] = 0.5  # a uniform one: 1 / V (the only row when B * K = 1)
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("b", "k", "v"), [(1, 1, 7), (4, 3, 512), (5, 4, 5000), (3, 2, 70_000)])
+def test_draft_survival_is_the_two_ops_in_one_call(dtype, b, k, v) -> None:  # noqa: ANN001
+    """DraftSurvival = survival_probs(max_softmax_confidence(logits).view(B, K)): bit-exact against the cpu
+    backend's two ops (same kernel, torch.cumprod's double accumulation), within the op's bound of the
+    reference; contiguous, row-strided and column-major logits."""
+    from ascend_spec.ops import max_softmax_confidence, survival_probs
+    from ascend_spec.ops.max_softmax_confidence.cpu import DraftSurvival
+
+    conf, surv = torch.empty(b, k), torch.empty(b, k)
+    fused = DraftSurvival(conf, surv)
+    base = _draft_logits(b, k, v, dtype, seed=b * k)
+    wide = torch.cat([base, base], dim=1)[:, ::2]  # column stride 2
+    for x in (base, base.t().contiguous().t(), wide):
+        got = fused(x)
+        assert got.data_ptr() == surv.data_ptr()
+        two_ops = survival_probs(max_softmax_confidence(x, backend="cpu").view(b, k))
+        torch.testing.assert_close(got, two_ops, rtol=0, atol=0)
+        torch.testing.assert_close(conf, max_softmax_confidence(x, backend="cpu").view(b, k), rtol=0, atol=0)
+        want = survival_probs(max_softmax_confidence(x.contiguous(), backend="reference").view(b, k))
+        torch.testing.assert_close(got, want, rtol=4e-6 * k, atol=1e-12)
+
+
+def test_draft_survival_zeroes_broken_rows_and_what_follows_them() -> None:
+    from ascend_spec.ops.max_softmax_confidence.cpu import DraftSurvival
+
+    b, k = 3, 3
+    x = _draft_logits(b, k, 300, torch.float32, seed=3)
+    clean = DraftSurvival(torch.empty(b, k), torch.empty(b, k))(x).clone()
+    x[3, 7] = float("nan")  # request 1, draft 0
+    x[8] = float("-inf")  # request 2, draft 2
+    got = DraftSurvival(torch.empty(b, k), torch.empty(b, k))(x)
+    assert got[1].tolist() == [0.0, 0.0, 0.0] and float(got[2, 2]) == 0.0
+    torch.testing.assert_close(got[0], clean[0], rtol=0, atol=0)
+    torch.testing.assert_close(got[2, :2], clean[2, :2], rtol=0, atol=0)
+
+
+def test_draft_survival_refuses_what_it_was_not_built_for() -> None:
+    from ascend_spec.ops.max_softmax_confidence.cpu import DraftSurvival
+
+    fused = DraftSurvival(torch.empty(2, 3), torch.empty(2, 3))
+    with pytest.raises(ValueError, match=r"shape \[6, V\] with V >= 1; got torch.float32 \[5, 9\]"):
+        fused(torch.zeros(5, 9))
+    with pytest.raises(ValueError, match=r"got torch.int64 \[6, 9\]"):
+        fused(torch.zeros(6, 9, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"got torch.float32 \[6, 0\]"):
+        fused(torch.zeros(6, 0))
+    with pytest.raises(
+        ValueError, match=r"survival must be a contiguous float32 CPU tensor .* got torch.float64"
+    ):
+        DraftSurvival(torch.empty(2, 3), torch.empty(2, 3, dtype=torch.float64))
+    with pytest.raises(
+        ValueError, match=r"confidence must be .* got torch.float32 \[2, 3\] on cpu"
+    ):  # not contiguous
+        DraftSurvival(torch.empty(3, 2).t(), torch.empty(2, 3))

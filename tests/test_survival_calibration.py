@@ -103,3 +103,34 @@ def test_bad_observations_are_refused() -> None:
         cal.observe(np.zeros((1, 3)), np.array([1]), np.array([2]))
     with pytest.raises(ValueError, match=re.escape("verified and accepted must have shape [1]")):
         cal.observe(np.zeros((1, 3)), np.array([1, 1]), np.array([0]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(
+        lambda k: st.tuples(
+            st.just(k),
+            st.lists(
+                st.tuples(st.integers(0, k), st.integers(0, k), st.floats(0.0, 1.0)), min_size=1, max_size=9
+            ),
+        )
+    )
+)
+def test_accumulate_is_observe_without_its_checks(case) -> None:  # noqa: ANN001
+    """The engine's unchecked entry adds exactly what observe() adds, ragged and full-block steps alike."""
+    k, rows = case
+    verified = np.array([max(v, a) for v, a, _ in rows], dtype=np.int64)
+    accepted = np.array([min(v, a) for v, a, _ in rows], dtype=np.int64)
+    predicted = np.cumprod(np.array([[p] * k for *_, p in rows], dtype=np.float32), axis=1)
+    checked, unchecked = SurvivalCalibration(k), SurvivalCalibration(k)
+    for cal in (checked, unchecked):
+        cal.next_factors()
+    checked.observe(predicted, verified, accepted)
+    unchecked.accumulate(predicted, verified, accepted)
+    np.testing.assert_allclose(unchecked.predicted, checked.predicted, rtol=1e-12)
+    np.testing.assert_array_equal(unchecked.observed, checked.observed)
+    full = np.full(len(rows), k, dtype=np.int64)  # the full-block shortcut
+    checked.observe(predicted, full, accepted)
+    unchecked.accumulate(predicted, full, accepted)
+    np.testing.assert_allclose(unchecked.predicted, checked.predicted, rtol=1e-12)
+    np.testing.assert_array_equal(unchecked.observed, checked.observed)

@@ -80,12 +80,22 @@ class SurvivalCalibration:
             raise ValueError(
                 f"accepted must lie in [0, verified]; got accepted {a.tolist()}, verified {v.tolist()}"
             )
+        self.accumulate(p, v, a)
+
+    def accumulate(self, predicted: np.ndarray, verified: np.ndarray, accepted: np.ndarray) -> None:
+        """:meth:`observe` without its checks, for a caller whose rows it built itself (dynamic verification's
+        end of step): ``predicted`` [N, K] float, ``verified`` / ``accepted`` [N] int64 with 0 <= accepted <=
+        verified <= K."""
         positions = self._positions[None, :]
-        if fewest == self.max_drafts:  # every request verified every position (full blocks)
-            self.predicted += p.sum(axis=0)
+        if verified.min() == self.max_drafts:  # every request verified every position (full blocks)
+            self.predicted += predicted.sum(axis=0, dtype=np.float64)
         else:
-            self.predicted += np.where(positions < v[:, None], p, 0.0).sum(axis=0)
-        self.observed += (positions < a[:, None]).sum(axis=0)  # a <= v: accepted positions were verified
+            self.predicted += np.where(positions < verified[:, None], predicted, 0.0).sum(
+                axis=0, dtype=np.float64
+            )
+        self.observed += (positions < accepted[:, None]).sum(
+            axis=0
+        )  # a <= v: accepted positions were verified
 
     def _check_rows(self, name: str, values: np.ndarray) -> np.ndarray:
         s = np.asarray(values, dtype=np.float64)

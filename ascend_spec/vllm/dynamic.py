@@ -4,7 +4,9 @@ One step, after the drafter proposed ``[B, K]`` drafts:
 
 1. confidence ``c [B, K]``: ``max_softmax_confidence`` on DFlash's draft logits, or ``head_confidence`` on a
    DSpark confidence head (the :class:`DraftScores` seam: a proposer's ``take_draft_scores()``);
-2. survival ``p = survival_probs(c)``;
+2. survival ``p = survival_probs(c)`` (on a CPU engine whose confidence op runs the native kernel, 1 and 2 are one
+   C++ call into reused buffers, :class:`~ascend_spec.ops.max_softmax_confidence.cpu.DraftSurvival`: the two ops'
+   Python layers cost 5x their arithmetic at a decode step's sizes);
 3. **one device-to-host copy** of the ``[B, K]`` survivals into a pinned buffer (non-blocking on the device's
    stream, then one wait): every length below is computed from it on the host, where the scheduler needs them;
    nothing is read per request;
@@ -26,15 +28,18 @@ from __future__ import annotations
 import collections
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from ascend_spec.backend import resolve_backend
 from ascend_spec.graph import BudgetController
 from ascend_spec.graph.calibration import SurvivalCalibration
 from ascend_spec.ops import head_confidence, max_softmax_confidence, survival_probs
+from ascend_spec.ops.max_softmax_confidence import OP as CONFIDENCE_OP
 
 SCORE_KINDS = ("logits", "head")
 #: Consecutive plain plans double the drafter-less stretch, at most this many times (probe_interval x 32): a
@@ -165,8 +170,8 @@ class DynamicVerifier:
         self.stats = DynamicStats()
         self._skips_left = 0
         self._plain_probes = 0  # consecutive probes that planned plain decoding
-        # Per (B, K, device): the step's confidence and survival buffers, reused (no allocation per step).
-        self._buffers: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+        # Per (B, K, device, score kind): the step's scores -> survivals, into reused buffers.
+        self._scorers: dict[tuple[int, int, torch.device, str], Callable[[torch.Tensor], torch.Tensor]] = {}
         self._graph_keys: dict[tuple[int, int], tuple] = {}
         self.calibration = SurvivalCalibration(controller.max_drafts) if calibrate else None
         self.stats.calibration = self.calibration
@@ -187,15 +192,14 @@ class DynamicVerifier:
     def lengths(self, scores: DraftScores, req_ids: list[str] | None = None) -> list[int]:
         """This step's draft length per request; ``req_ids`` (the rows' request ids) feed the calibration.
 
-        The host path is a handful of calls: the two ops into reused buffers, the one host copy, the
+        The host path is a handful of calls: the two ops (or their one-call CPU form) into reused buffers, the
+        one host copy, the
         calibration's factors (the survivals are not rescaled here) and ``BudgetController.plan_lengths``, whose
         per-batch-size bounds settle full-block and plain steps without sorting.
         """
         start = time.perf_counter()
         copies_before = self.reader.copies
-        conf, surv = self._step_buffers(scores)
-        confidence(scores, self.backend, out=conf)
-        host = self.reader.read(survival_probs(conf, out=surv)).numpy()
+        host = self.reader.read(self._step_scorer(scores)(scores.values)).numpy()
         factors = None
         if self.calibration is not None:
             factors = self.calibration.next_factors()
@@ -233,30 +237,47 @@ class DynamicVerifier:
         n = len(req_ids)
         counts = np.fromiter(map(len, map(verified.get, req_ids, itertools.repeat(()))), np.int64, n)
         accepted = np.fromiter(map(len, sampled), np.int64, n) - 1  # -1: discarded (partial prefill)
-        keep = (counts > 0) & (accepted >= 0)
-        if planned_ids == req_ids:
-            rows = predicted
-        else:  # requests joined, left or moved since the plan: match rows by id (unplanned ones are skipped)
-            row_of = {rid: i for i, rid in enumerate(planned_ids)}
-            index = np.fromiter(map(row_of.get, req_ids, itertools.repeat(-1)), np.int64, n)
-            keep &= index >= 0
-            rows = predicted[np.where(index >= 0, index, 0)]
-        if keep.all():
-            self.calibration.observe(rows, counts, accepted)
-        elif keep.any():
-            self.calibration.observe(rows[keep], counts[keep], accepted[keep])
+        if planned_ids == req_ids and counts.min() > 0 and accepted.min() >= 0:  # the usual step
+            self.calibration.accumulate(predicted, counts, accepted)
+        else:  # rows without drafts or discarded, or requests joined, left or moved since the plan
+            keep = (counts > 0) & (accepted >= 0)
+            if planned_ids == req_ids:
+                rows = predicted
+            else:  # match rows by id (unplanned ones are skipped)
+                row_of = {rid: i for i, rid in enumerate(planned_ids)}
+                index = np.fromiter(map(row_of.get, req_ids, itertools.repeat(-1)), np.int64, n)
+                keep &= index >= 0
+                rows = predicted[np.where(index >= 0, index, 0)]
+            if keep.any():
+                self.calibration.accumulate(rows[keep], counts[keep], accepted[keep])
         self.stats.overhead_s += time.perf_counter() - start
 
-    def _step_buffers(self, scores: DraftScores) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (scores.num_reqs, scores.num_drafts, scores.values.device)
-        if key not in self._buffers:
+    def _step_scorer(self, scores: DraftScores) -> Callable[[torch.Tensor], torch.Tensor]:
+        """This (B, K, device, kind)'s scores -> survivals ``[B, K]`` into reused buffers (no allocation per step).
+
+        DFlash's logits on a CPU engine whose confidence op runs the native kernel take one call for both ops
+        (:class:`~ascend_spec.ops.max_softmax_confidence.cpu.DraftSurvival`); everything else runs the two ops.
+        """
+        device = scores.values.device
+        key = (scores.num_reqs, scores.num_drafts, device, scores.kind)
+        scorer = self._scorers.get(key)
+        if scorer is None:
             shape = (scores.num_reqs, scores.num_drafts)
-            device = scores.values.device
-            self._buffers[key] = (
-                torch.empty(shape, dtype=torch.float32, device=device),
-                torch.empty(shape, dtype=torch.float32, device=device),
-            )
-        return self._buffers[key]
+            conf = torch.empty(shape, dtype=torch.float32, device=device)
+            surv = torch.empty(shape, dtype=torch.float32, device=device)
+            if scores.kind == "logits" and resolve_backend(self.backend, device, op=CONFIDENCE_OP) == "cpu":
+                from ascend_spec.ops.max_softmax_confidence.cpu import DraftSurvival
+
+                scorer = DraftSurvival(conf, surv)
+            else:
+                b, k, backend = scores.num_reqs, scores.num_drafts, self.backend
+
+                def scorer(values: torch.Tensor) -> torch.Tensor:
+                    confidence(DraftScores(scores.kind, values, b, k), backend, out=conf)
+                    return survival_probs(conf, out=surv)
+
+            self._scorers[key] = scorer
+        return scorer
 
     def _record(self, lengths: list[int], total: int, elapsed: float, copies: int) -> None:
         s = self.stats

@@ -2,7 +2,10 @@
 // logits, the row max and sum exp((z - max) / T) in fp32, the partials max_softmax_confidence merges (also across
 // vocab shards). Rows run in parallel; each row is read once into an fp32 buffer (any dtype and stride) and never
 // copied whole: nothing of size N x V is allocated. NaN propagates as in torch.amax; an all -inf row is
-// (-inf, 0), as the reference.
+// (-inf, 0), as the reference. With ``survival`` set (dynamic verification's CPU step), the same call also writes
+// the survivals of the finalized confidences: rows are B requests x K drafts, request-major, and survival[b, i] is
+// the cumulative product of confidence[b, 0..i], accumulated in double and rounded per entry, as torch.cumprod on
+// fp32 CPU tensors does (survival_probs).
 #include <limits>
 
 #include "cpu_common.h"
@@ -13,6 +16,7 @@ namespace {
 
 struct MaxSoftmaxArgs {
   int64_t logits, row_max, row_sumexp, confidence;  // confidence: 0, or [N] fp32 for the finalized top probability
+  int64_t survival, block;  // survival: 0, or [N] fp32 (needs confidence); block: K, the rows of one request
   int64_t num_rows, vocab, s0, s1, dtype, threads;
   double inv_temperature;
 };
@@ -88,6 +92,17 @@ int max_softmax_partials_cpu(const MaxSoftmaxArgs* args) {
   parallel_for(a.num_rows, a.threads, [&](int64_t row) {
     one_row(a, row, scratch(static_cast<size_t>(kChunk)));
   });
+  if (a.survival != 0) {
+    const float* conf = reinterpret_cast<const float*>(a.confidence);
+    float* surv = reinterpret_cast<float*>(a.survival);
+    for (int64_t r0 = 0; r0 < a.num_rows; r0 += a.block) {
+      double p = 1.0;
+      for (int64_t i = r0; i < r0 + a.block; ++i) {
+        p *= static_cast<double>(conf[i]);
+        surv[i] = static_cast<float>(p);
+      }
+    }
+  }
   return 0;
 }
 

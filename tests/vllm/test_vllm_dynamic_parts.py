@@ -164,6 +164,37 @@ def test_one_step_gives_ragged_lengths_with_one_host_copy() -> None:
     assert verifier.stats.ragged_steps == 1 and verifier.stats.totals == {total: 1}
 
 
+def test_cpu_engine_step_scores_in_one_native_call_as_the_two_ops() -> None:
+    """On CPU logits the cpu backend's verifier runs DraftSurvival (one call for confidence and survival); the
+    reference backend's runs the two ops: same lengths, same predictions kept for the calibration, every step."""
+    from ascend_spec.backend import host_compiler
+    from ascend_spec.ops.max_softmax_confidence.cpu import DraftSurvival
+
+    if host_compiler() is None:
+        pytest.skip("the cpu backend needs a C++ compiler")
+    b, k, v = 6, 3, 64
+    ctl = {
+        name: _controller(k, {1: 1.0, 8: 1.0, 16: 2.5, 24: 4.0}, {4: 0.2, 32: 0.3}, q=k + 1) for name in "ab"
+    }
+    native = DynamicVerifier(ctl["a"], None, backend="cpu", calibrate=True)
+    ops = DynamicVerifier(ctl["b"], None, backend="reference", calibrate=True)
+    ids = [f"r{i}" for i in range(b)]
+    gen = torch.Generator().manual_seed(4)
+    for step in range(4):
+        scale = torch.linspace(0.5, 8.0, b).roll(step).repeat_interleave(k).unsqueeze(1)
+        logits = (torch.randn(b * k, v, generator=gen) * scale).bfloat16()
+        assert native.lengths(DraftScores("logits", logits, b, k), ids) == ops.lengths(
+            DraftScores("logits", logits, b, k), ids
+        )
+        np_native, np_ops = native._next_predictions[1], ops._next_predictions[1]
+        torch.testing.assert_close(
+            torch.from_numpy(np_native), torch.from_numpy(np_ops), rtol=2e-5, atol=1e-9
+        )
+    assert [type(s) for s in native._scorers.values()] == [DraftSurvival]
+    assert not any(isinstance(s, DraftSurvival) for s in ops._scorers.values())
+    assert native.reader.copies == ops.reader.copies == 4
+
+
 def test_dspark_head_scores_give_ragged_lengths_through_head_confidence() -> None:
     """DraftScores("head", [B, K] confidence-head logits): sigmoid (float64 oracle) -> survival -> the controller's
     total -> the split, the kind counted in the stats."""

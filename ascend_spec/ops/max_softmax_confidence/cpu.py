@@ -2,10 +2,14 @@
 
 Dynamic verification scores every draft each step with ``max_softmax_confidence``; on a CPU engine with a real
 vocabulary that is B*K rows of ~150k logits. One C++ call reads each row once (any dtype, any strides) and
-sums a vectorised exp over it, rows in parallel; no N x V temporary.
+sums a vectorised exp over it, rows in parallel; no N x V temporary. :class:`DraftSurvival` is dynamic
+verification's CPU step: confidence and survival of a [B, K] draft block in that one call, its arguments built
+once.
 """
 
 from __future__ import annotations
+
+import ctypes
 
 import torch
 
@@ -15,7 +19,20 @@ from ascend_spec.ops.max_softmax_confidence import MaxSoftmaxArgs, MaxSoftmaxPar
 KERNEL = "max_softmax_partials"
 Arguments = native.arguments_struct(
     "MaxSoftmaxArgs",
-    ("logits", "row_max", "row_sumexp", "confidence", "num_rows", "vocab", "s0", "s1", "dtype", "threads"),
+    (
+        "logits",
+        "row_max",
+        "row_sumexp",
+        "confidence",
+        "survival",
+        "block",
+        "num_rows",
+        "vocab",
+        "s0",
+        "s1",
+        "dtype",
+        "threads",
+    ),
     floats=("inv_temperature",),
 )
 
@@ -46,7 +63,62 @@ def _run(
     native.call(
         KERNEL,
         Arguments(
-            logits.data_ptr(), ptr(row_max), ptr(row_sum), ptr(confidence), n, v, logits.stride(0),
+            logits.data_ptr(), ptr(row_max), ptr(row_sum), ptr(confidence), 0, 1, n, v, logits.stride(0),
             logits.stride(1), native.DTYPE_CODES[logits.dtype], torch.get_num_threads(), 1.0 / temperature,
         ),
     )  # fmt: skip
+
+
+class DraftSurvival:
+    """``survival_probs(max_softmax_confidence(logits).view(B, K))`` into fixed [B, K] buffers, one native call.
+
+    A CPU engine step pays ~15 us of Python around the two ops (argument checks, backend resolution, two
+    calls) for ~2 us of arithmetic at a decode step's sizes; this binds the outputs and the kernel once and per
+    call checks only what can change: the logits' shape, dtype and strides.
+    """
+
+    def __init__(self, confidence: torch.Tensor, survival: torch.Tensor) -> None:
+        b, k = confidence.shape
+        for name, t in (("confidence", confidence), ("survival", survival)):
+            if (
+                t.shape != (b, k)
+                or t.dtype != torch.float32
+                or t.device.type != "cpu"
+                or not t.is_contiguous()
+                or k < 1
+            ):
+                raise ValueError(
+                    f"{name} must be a contiguous float32 CPU tensor of shape [B, K] with K >= 1 (the confidence's "
+                    f"shape {list(confidence.shape)}); got {t.dtype} {list(t.shape)} on {t.device}"
+                )
+        self.confidence, self.survival = confidence, survival
+        self.num_rows = b * k
+        self._args = Arguments(
+            0, 0, 0, confidence.data_ptr(), survival.data_ptr(), k, self.num_rows, 0, 0, 0, 0, 1, 1.0
+        )  # fmt: skip
+        self._fn = native.entry(KERNEL, Arguments)
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        """The survivals of this step's draft logits ``[B*K, V]`` (any float dtype and strides)."""
+        code = native.DTYPE_CODES.get(logits.dtype)
+        if (
+            code is None
+            or logits.dim() != 2
+            or logits.shape[0] != self.num_rows
+            or logits.shape[1] < 1
+            or logits.device.type != "cpu"
+        ):
+            raise ValueError(
+                f"logits must be a float32/bfloat16/float16 CPU tensor of shape [{self.num_rows}, V] with V >= 1; "
+                f"got {logits.dtype} {list(logits.shape)} on {logits.device}"
+            )
+        a = self._args
+        a.logits = logits.data_ptr()
+        a.vocab = logits.shape[1]
+        a.s0, a.s1 = logits.stride()
+        a.dtype = code
+        a.threads = torch.get_num_threads()
+        status = self._fn(ctypes.byref(a))
+        if status != 0:
+            raise RuntimeError(f"native CPU kernel {KERNEL} failed with status {status}")
+        return self.survival
