@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ascend_spec.e2e.engine import EngineRun
-from ascend_spec.e2e.sweep import SweepRow, format_sweep, plot_sweep
+from ascend_spec.e2e.sweep import SweepRow, format_summary, format_sweep, plot_sweep, summarize_sweep
 
 
 def _run(tokens: int, seconds: float, dynamic: dict | None = None, drafts: int = 0, draft_tokens: int = 0):
@@ -44,7 +44,7 @@ def test_table_has_ratios_to_plain_at_the_same_batch_size_and_the_budget_histogr
     assert cells[0][:6] == ["1", "plain", "100.0", "1.00", "50.0", "1.00"]
     assert cells[1][:7] == ["1", "K=2", "200.0", "2.00", "100.0", "2.00", "3.00"]
     assert cells[2] == [
-        "1", "dynamic", "250.0", "2.50", "125.0", "2.50", "3.00", "1.00", "0.125", "1.00", "0:3 2:7"
+        "1", "dynamic", "250.0", "2.50", "125.0", "2.50", "3.00", "1.00", "0.125", "1.00", "-", "0:3 2:7"
     ]  # fmt: skip
     assert cells[3][:6] == ["4", "plain", "200.0", "1.00", "100.0", "1.00"]
     assert cells[4][:3] == ["4", "dynamic", "failed"] and "boom" in cells[4][-1]
@@ -58,3 +58,39 @@ def test_plot_is_written(tmp_path) -> None:  # noqa: ANN001
     out = tmp_path / "sweep.png"
     plot_sweep(ROWS, out, "test")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _row(b: int, mode: str, replicas: list[float]) -> SweepRow:
+    return SweepRow(b, mode, _run(int(max(replicas)), 1.0), replicas)
+
+
+def test_replicas_give_each_row_its_spread_and_each_batch_size_its_noise_and_verdict() -> None:
+    rows = [
+        _row(1, "plain", [100.0, 98.0]),
+        _row(1, "K=1", [80.0, 79.0]),
+        _row(1, "K=2", [150.0, 144.0]),  # spread 4 %: B = 1's noise
+        _row(1, "dynamic", [147.0, 146.0]),  # 0.98 of K = 2: within 4 %
+        _row(4, "plain", [400.0, 396.0]),
+        _row(4, "K=2", [300.0, 299.0]),
+        _row(4, "dynamic", [380.0, 379.0]),  # 0.95 of plain against 1 % noise: below
+        _row(8, "plain", [800.0]),  # one replica: no spread, no noise
+        _row(8, "K=2", [900.0]),
+        _row(8, "dynamic", [900.0]),
+        _row(16, "plain", [1.0]),  # no dynamic row: no verdict
+    ]
+    assert rows[2].spread == pytest.approx(0.04) and rows[7].spread is None
+    cells = [[c.strip() for c in line.split("|")] for line in format_sweep(rows).splitlines()[2:]]
+    assert cells[2][-2] == "4.0%" and cells[7][-2] == "-"
+    one, four, eight = summarize_sweep(rows)
+    assert (one.batch, one.best_k, one.noise) == (1, "K=2", pytest.approx(0.04))
+    assert one.vs_best_k == pytest.approx(0.98) and one.vs_plain == pytest.approx(1.47) and one.meets
+    assert four.best_k == "K=2" and four.noise == pytest.approx(0.01) and four.vs_plain == pytest.approx(0.95)
+    assert not four.meets
+    assert eight.noise is None and eight.meets  # exactly the best K, above plain
+    text = format_summary([one, four, eight]).splitlines()
+    assert text[0].startswith("B=1: dynamic 147.0 tok/s = 1.470 x plain, 0.980 x best fixed K=2 (150.0)")
+    assert text[0].endswith("noise 4.0%: meets (>= best K and plain within noise)")
+    assert text[1].endswith("noise 1.0%: below") and "unmeasured (one replica)" in text[2]
+    d = one.as_dict()
+    assert d["meets"] is True and d["noise"] == 0.04 and d["dynamic_vs_best_fixed_k"] == 0.98
+    assert rows[0].as_dict(100.0)["replicas_tokens_per_s"] == [100.0, 98.0]

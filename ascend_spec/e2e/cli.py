@@ -100,6 +100,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="DFlash with the plugin: plain decoding, every fixed K <= --num-spec and dynamic verification at "
         "each of --batch-sizes (ascend_spec/e2e/sweep.py)",
     )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=2,
+        help="with --sweep: engines started per row, the fastest reported, their spread the noise (default 2)",
+    )
     p.add_argument("--batch-sizes", default="1,4,8", help="with --sweep: concurrent requests (default 1,4,8)")
     p.add_argument(
         "--profile", default="measure", help="with --sweep: dynamic cost profile, 'measure' or a file path"
