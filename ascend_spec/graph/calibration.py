@@ -16,7 +16,8 @@ confident wrong drafter still looked worth a block at B = 1). Every plan decays 
 evidence ages and a drafter that stopped being verified is eventually tried again at its own word: the
 exploration a controller that settled on plain decoding needs to notice a drafter that got better.
 
-Host NumPy on [B, K] numbers: a handful of vector ops per step, no device read.
+Host arithmetic on [B, K] numbers, no device read: the decay, the factors and the bookkeeping run compiled where a
+C++ compiler exists (:mod:`ascend_spec.graph.host_plan`), as NumPy otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ascend_spec.checks import check_int
+from ascend_spec.graph.host_plan import HostPlan
 
 
 class SurvivalCalibration:
@@ -39,7 +41,9 @@ class SurvivalCalibration:
         self.prior = float(prior)
         self.predicted = np.zeros(self.max_drafts)
         self.observed = np.zeros(self.max_drafts)
-        self._positions = np.arange(self.max_drafts)
+        self._factors = np.ones(self.max_drafts)
+        self._host = HostPlan(self.max_drafts)
+        self._host.bind_sums(self.predicted, self.observed, self._factors)
 
     @property
     def factors(self) -> np.ndarray:
@@ -54,10 +58,9 @@ class SurvivalCalibration:
 
     def next_factors(self) -> np.ndarray:
         """A plan's f_i: what :meth:`apply` scales by, for a planner that applies them itself
-        (``BudgetController.plan_lengths``); decays the evidence as every plan does."""
-        self.predicted *= self.decay
-        self.observed *= self.decay
-        return self.factors
+        (``BudgetController.plan_lengths``); decays the evidence as every plan does. The array is reused: it
+        holds these factors until the next call."""
+        return self._host.factors(self.decay, self.prior)
 
     def observe(self, predicted: np.ndarray, verified: np.ndarray, accepted: np.ndarray) -> None:
         """One verify step: ``predicted [N, K]`` survivals (as the drafter gave them, before calibration),
@@ -86,16 +89,7 @@ class SurvivalCalibration:
         """:meth:`observe` without its checks, for a caller whose rows it built itself (dynamic verification's
         end of step): ``predicted`` [N, K] float, ``verified`` / ``accepted`` [N] int64 with 0 <= accepted <=
         verified <= K."""
-        positions = self._positions[None, :]
-        if verified.min() == self.max_drafts:  # every request verified every position (full blocks)
-            self.predicted += predicted.sum(axis=0, dtype=np.float64)
-        else:
-            self.predicted += np.where(positions < verified[:, None], predicted, 0.0).sum(
-                axis=0, dtype=np.float64
-            )
-        self.observed += (positions < accepted[:, None]).sum(
-            axis=0
-        )  # a <= v: accepted positions were verified
+        self._host.accumulate(predicted, verified, accepted)
 
     def _check_rows(self, name: str, values: np.ndarray) -> np.ndarray:
         s = np.asarray(values, dtype=np.float64)

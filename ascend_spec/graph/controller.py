@@ -34,7 +34,10 @@ import torch
 from ascend_spec.backend import resolve_backend, value_checks_enabled
 from ascend_spec.checks import check_choice, check_int, check_tensor
 from ascend_spec.graph.cost_profile import CostProfile
+from ascend_spec.graph.host_plan import HostPlan
 from ascend_spec.ops import VerifyAllocation, allocate_verify_budget
+
+_HOST = torch.device("cpu")
 
 SURVIVAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
@@ -161,6 +164,7 @@ class BudgetController:
         self.history = check_int("history", history, minimum=1)
         self.backend = backend
         self._totals: collections.deque[int] = collections.deque(maxlen=self.history)
+        self._host_plan = HostPlan(self.max_drafts)  # plan_lengths' bounds, compiled where a compiler exists
         self._pending: list[tuple[torch.Tensor, object]] = []
         self._tables: dict[int, tuple[list[int], list[float], float, float]] = {}
         self._profile_tables: dict[int, tuple[list[int], list[float], float, float]] = {}
@@ -366,16 +370,12 @@ class BudgetController:
             )
         b, k = s.shape
         self.last_num_reqs = b
-        if value_checks_enabled(torch.device("cpu")):
+        if value_checks_enabled(_HOST):
             _check_host_values(s)
             if factors is not None and not (np.all(np.isfinite(factors)) and np.all(factors > 0)):
                 raise ValueError(f"factors must be finite and > 0; got {np.asarray(factors).tolist()}")
         full_above, plain_below = self._lean_table(b)
-        if factors is None:
-            smallest, bound = float(s[:, -1].min()), float(s.sum())
-        else:
-            smallest = float((s.min(axis=0) * factors).min())
-            bound = float(s.sum(axis=0) @ factors)
+        smallest, bound = self._host_plan.bounds(s, factors)
         if smallest > full_above:
             t = b * k
         elif bound < plain_below:

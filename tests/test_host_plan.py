@@ -1,0 +1,98 @@
+"""The controller's compiled host arithmetic (csrc/cpu/host_plan.cpp) against its NumPy forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from ascend_spec.backend import host_compiler
+from ascend_spec.graph.calibration import SurvivalCalibration
+from ascend_spec.graph.host_plan import HostPlan, numpy_accumulate, numpy_bounds, numpy_factors
+
+pytestmark = pytest.mark.skipif(host_compiler() is None, reason="the compiled form needs a C++ compiler")
+
+
+def _survivals(draw, b: int, k: int) -> np.ndarray:  # noqa: ANN001
+    conf = draw(hnp.arrays(np.float32, (b, k), elements=st.floats(0.0, 1.0, width=32)))
+    return np.cumprod(conf, axis=1, dtype=np.float32)
+
+
+@st.composite
+def plans(draw):  # noqa: ANN001, ANN201
+    b, k = draw(st.integers(1, 40)), draw(st.integers(1, 16))
+    factors = draw(
+        st.none() | hnp.arrays(np.float64, (k,), elements=st.floats(0.01, 4.0, allow_subnormal=False))
+    )
+    return _survivals(draw, b, k), factors
+
+
+@settings(max_examples=150, deadline=None)
+@given(plans())
+def test_bounds_match_numpy(case) -> None:  # noqa: ANN001
+    survival, factors = case
+    got = HostPlan(survival.shape[1], native=True).bounds(survival, factors)
+    want = numpy_bounds(survival, factors)
+    assert got[0] == pytest.approx(want[0], rel=1e-12, abs=0)  # a min of the same products: exact in practice
+    assert got[1] == pytest.approx(want[1], rel=1e-5, abs=1e-9)  # fp32 NumPy column sums vs fp64 here
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 16).flatmap(lambda k: st.tuples(st.just(k), st.integers(0, 30), st.data())))
+def test_factors_and_accumulate_match_numpy(case) -> None:  # noqa: ANN001
+    k, n, data = case
+    rows = _survivals(data.draw, n, k) if n else np.zeros((0, k), np.float32)
+    verified = np.array(data.draw(st.lists(st.integers(0, k), min_size=n, max_size=n)), dtype=np.int64)
+    accepted = np.minimum(
+        verified, np.array(data.draw(st.lists(st.integers(0, k), min_size=n, max_size=n)), np.int64)
+    )
+    start = data.draw(hnp.arrays(np.float64, (2, k), elements=st.floats(0.0, 50.0)))
+    native = HostPlan(k, native=True)
+    sums = [start[0].copy(), start[1].copy(), np.zeros(k)]
+    native.bind_sums(*sums)
+    if n:
+        native.accumulate(rows, verified, accepted)
+    got = native.factors(0.9, 1.5)
+    want_p, want_o = start[0].copy(), start[1].copy()
+    if n:
+        numpy_accumulate(rows, verified, accepted, want_p, want_o)
+    want = numpy_factors(want_p, want_o, 0.9, 1.5)
+    np.testing.assert_allclose(sums[0], want_p, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(sums[1], want_o, rtol=1e-12)  # counts added one at a time here
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert got is sums[2]
+
+
+def test_calibration_and_controller_run_the_compiled_form_and_numpy_agrees() -> None:
+    """The same plans and observations through a compiled and a NumPy calibration: same factors."""
+    k = 3
+    compiled, plain = SurvivalCalibration(k), SurvivalCalibration(k)
+    plain._host = HostPlan(k, native=False)
+    plain._host.bind_sums(plain.predicted, plain.observed, plain._factors)
+    assert compiled._host.native and not plain._host.native
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        rows = np.cumprod(rng.uniform(0.3, 1.0, (5, k)).astype(np.float32), axis=1)
+        verified = rng.integers(0, k + 1, 5)
+        accepted = np.minimum(verified, rng.integers(0, k + 1, 5))
+        np.testing.assert_allclose(compiled.next_factors(), plain.next_factors(), rtol=1e-12)
+        compiled.observe(rows, verified, accepted)
+        plain.observe(rows, verified, accepted)
+    np.testing.assert_allclose(compiled.factors, plain.factors, rtol=1e-12)
+
+
+def test_a_bad_mode_is_an_error_not_a_silent_no_op() -> None:
+    host = HostPlan(3, native=True)
+    host._args.mode = 7
+    with pytest.raises(RuntimeError, match="native host routine host_plan failed with status 2"):
+        host._run()
+
+
+def test_other_layouts_take_the_numpy_form() -> None:
+    host = HostPlan(3, native=True)
+    s64 = np.cumprod(np.full((2, 3), 0.9), axis=1)  # float64: NumPy
+    assert host.bounds(s64, None) == numpy_bounds(s64, None)
+    cols = np.asfortranarray(s64.astype(np.float32))
+    assert host.bounds(cols, np.ones(3)) == numpy_bounds(cols, np.ones(3))
