@@ -64,11 +64,11 @@ def _row(b: int, mode: str, replicas: list[float]) -> SweepRow:
     return SweepRow(b, mode, _run(int(max(replicas)), 1.0), replicas)
 
 
-def test_replicas_give_each_row_its_spread_and_each_batch_size_its_noise_and_verdict() -> None:
+def test_replicas_give_each_row_its_spread_and_each_comparison_its_noise_and_verdict() -> None:
     rows = [
-        _row(1, "plain", [100.0, 98.0]),
-        _row(1, "K=1", [80.0, 79.0]),
-        _row(1, "K=2", [150.0, 144.0]),  # spread 4 %: B = 1's noise
+        _row(1, "plain", [100.0, 98.0]),  # spread 2 %
+        _row(1, "K=1", [80.0, 40.0]),  # a noisy row that is not compared: no effect
+        _row(1, "K=2", [150.0, 144.0]),  # spread 4 %
         _row(1, "dynamic", [147.0, 146.0]),  # 0.98 of K = 2: within 4 %
         _row(4, "plain", [400.0, 396.0]),
         _row(4, "K=2", [300.0, 299.0]),
@@ -82,15 +82,18 @@ def test_replicas_give_each_row_its_spread_and_each_batch_size_its_noise_and_ver
     cells = [[c.strip() for c in line.split("|")] for line in format_sweep(rows).splitlines()[2:]]
     assert cells[2][-2] == "4.0%" and cells[7][-2] == "-"
     one, four, eight = summarize_sweep(rows)
-    assert (one.batch, one.best_k, one.noise) == (1, "K=2", pytest.approx(0.04))
+    assert (one.batch, one.best_k) == (1, "K=2")
+    assert one.noise_vs_best_k == pytest.approx(0.04) and one.noise_vs_plain == pytest.approx(0.02)
     assert one.vs_best_k == pytest.approx(0.98) and one.vs_plain == pytest.approx(1.47) and one.meets
-    assert four.best_k == "K=2" and four.noise == pytest.approx(0.01) and four.vs_plain == pytest.approx(0.95)
-    assert not four.meets
-    assert eight.noise is None and eight.meets  # exactly the best K, above plain
+    assert four.best_k == "K=2" and four.noise_vs_plain == pytest.approx(0.01)
+    assert four.vs_plain == pytest.approx(0.95) and not four.meets
+    assert eight.noise_vs_plain is None and eight.meets  # exactly the best K, above plain
     text = format_summary([one, four, eight]).splitlines()
-    assert text[0].startswith("B=1: dynamic 147.0 tok/s = 1.470 x plain, 0.980 x best fixed K=2 (150.0)")
-    assert text[0].endswith("noise 4.0%: meets (>= best K and plain within noise)")
-    assert text[1].endswith("noise 1.0%: below") and "unmeasured (one replica)" in text[2]
+    assert text[0] == (
+        "B=1: dynamic 147.0 tok/s = 1.470 x plain (noise 2.0%), 0.980 x best fixed K=2 (150.0; noise 4.0%): "
+        "meets (>= best K and plain within noise)"
+    )
+    assert text[1].endswith("below") and "unmeasured (one replica)" in text[2]
     d = one.as_dict()
-    assert d["meets"] is True and d["noise"] == 0.04 and d["dynamic_vs_best_fixed_k"] == 0.98
+    assert d["meets"] is True and d["noise_vs_best_fixed_k"] == 0.04 and d["dynamic_vs_best_fixed_k"] == 0.98
     assert rows[0].as_dict(100.0)["replicas_tokens_per_s"] == [100.0, 98.0]

@@ -80,3 +80,15 @@ def test_corrections_never_make_a_cost_non_positive_and_bad_settings_are_refused
         MeasuredStepCosts(ctl, window=0)
     with pytest.raises(ValueError, match=r"statistic must be one of median, min; got 'mean'"):
         MeasuredStepCosts(ctl, statistic="mean")
+
+
+def test_each_batch_size_is_sampled_every_step_until_its_window_is_full_then_one_in_every() -> None:
+    ctl = _controller()
+    costs = MeasuredStepCosts(ctl, window=3, every=4)
+    assert [costs.sample_step(2) for _ in range(3)] == [True] * 3  # B = 2 learns at full speed
+    assert [costs.sample_step(2) for _ in range(8)] == [False, False, False, True] * 2
+    assert [costs.sample_step(5) for _ in range(3)] == [True] * 3  # a new B: its own window first
+    every_step = MeasuredStepCosts(ctl, window=2, every=1)
+    assert all(every_step.sample_step(1) for _ in range(10))
+    with pytest.raises(ValueError, match="every must be >= 1; got 0"):
+        MeasuredStepCosts(ctl, every=0)

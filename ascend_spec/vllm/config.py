@@ -42,6 +42,8 @@ class DynamicConfig:
     * ``measure_steps``: correct the profiles' costs by the engine's measured step parts (the proposer's whole
       step, the target step with and without drafts; :mod:`ascend_spec.vllm.step_costs`); ``false`` plans on
       the profiles alone.
+    * ``measure_every``: once a batch size has a full window of measured steps, time one decode step in this
+      many (default 4; 1 times every step).
     """
 
     mode: str = "sync"
@@ -53,6 +55,7 @@ class DynamicConfig:
     probe_interval: int = 8
     calibrate: bool = True
     measure_steps: bool = True
+    measure_every: int = 4
 
     @property
     def enabled(self) -> bool:
@@ -88,7 +91,7 @@ def _parse_dynamic(raw: object) -> DynamicConfig:
     for key in ("calibrate", "measure_steps"):
         if key in raw and not isinstance(raw[key], bool):
             raise ValueError(f"{where}['{key}'] must be true or false; got {raw[key]!r}")
-    for key, minimum in (("warmup", 0), ("repeats", 1), ("probe_interval", 1)):
+    for key, minimum in (("warmup", 0), ("repeats", 1), ("probe_interval", 1), ("measure_every", 1)):
         if key in raw:
             v = raw[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < minimum:

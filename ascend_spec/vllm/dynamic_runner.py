@@ -60,8 +60,8 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     ] = {}  # B -> V1's metadata of a decode step where no request has drafts
     runner.ascend_spec_dynamic = None
     runner._ascend_spec_lengths = None
-    # This step's timing for the measured step costs: [start, B, drafts verified, decode only, proposer s]
-    step = [0.0, 0, 0, False, 0.0]
+    # This step's timing for the measured step costs: [start, B, drafts verified, decode only, proposer s, timed]
+    step = [0.0, 0, 0, False, 0.0, False]
 
     def _execute_model(self, scheduler_output, *args: Any, **kwargs: Any):  # noqa: ANN001, ANN202
         if (
@@ -72,7 +72,10 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
         self.ascend_spec_dynamic.begin_step(verified)
         b = len(scheduler_output.num_scheduled_tokens)
         t = sum(map(len, verified.values()))
-        step[:] = (time.perf_counter(), b, t, scheduler_output.total_num_scheduled_tokens == b + t, 0.0)
+        decode = scheduler_output.total_num_scheduled_tokens == b + t
+        costs = self.ascend_spec_dynamic.step_costs
+        timed = decode and b > 0 and costs is not None and costs.sample_step(b)
+        step[:] = (time.perf_counter(), b, t, decode, 0.0, timed)
         return execute_model(scheduler_output, *args, **kwargs)
 
     def _sample_tokens(self, *args: Any, **kwargs: Any):  # noqa: ANN202
@@ -81,10 +84,9 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
         sampled = getattr(output, "sampled_token_ids", None)
         if verifier is not None and isinstance(sampled, list):  # V1's host lists (sync scheduling)
             verifier.end_step(output.req_ids, sampled)
-            costs = verifier.step_costs
-            if costs is not None and step[3] and step[1]:  # a decode step: the target part, proposer excluded
+            if step[5]:  # a timed decode step: the target part, proposer excluded
                 seconds = time.perf_counter() - step[0] - step[4]
-                costs.add("verify" if step[2] else "plain", step[1], step[2], seconds)
+                verifier.step_costs.add("verify" if step[2] else "plain", step[1], step[2], seconds)
         return output
 
     def _propose(self, *args: Any, **kwargs: Any):  # noqa: ANN202
@@ -103,7 +105,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
                     )
                 self._ascend_spec_lengths = verifier.lengths(scores, self.input_batch.req_ids)
         step[4] = time.perf_counter() - start  # the proposer and the plan: not the target's part
-        if verifier is not None and verifier.step_costs is not None and torch.is_tensor(drafts) and step[3]:
+        if step[5] and verifier is not None and torch.is_tensor(drafts):
             verifier.step_costs.add("draft", drafts.shape[0], 0, step[4])
         return drafts
 
@@ -210,7 +212,9 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
     )
     verifier.profiles = profiles
     if settings.dynamic.measure_steps:
-        verifier.step_costs = MeasuredStepCosts(controller, statistic=settings.dynamic.statistic)
+        verifier.step_costs = MeasuredStepCosts(
+            controller, statistic=settings.dynamic.statistic, every=settings.dynamic.measure_every
+        )
     logger.info(
         "ascend-spec: dynamic verification (%s), K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up)",
         settings.dynamic.mode,

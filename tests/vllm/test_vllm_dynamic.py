@@ -258,7 +258,7 @@ def test_measured_step_costs_see_what_a_speculative_step_costs_beyond_its_forwar
     the drafter run at every step: every decode step's parts are timed, a speculative step's correction exceeds
     plain decoding's at every batch size seen (V1's proposer does more than the drafter's forward), the
     controller settles mostly on plain decoding and the output is plain decoding's."""
-    plugin = {"dynamic": {"profile": "measure", "repeats": 3, "probe_interval": 1}}
+    plugin = {"dynamic": {"profile": "measure", "repeats": 3, "probe_interval": 1, "measure_every": 1}}
     env = dict(ENV, VLLM_CACHE_ROOT=str(engine_dir / "step_costs_cache"))
     ours = run(
         engine_dir,

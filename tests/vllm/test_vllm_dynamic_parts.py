@@ -58,6 +58,7 @@ def test_dynamic_is_off_unless_given() -> None:
         ({"statistic": "mean"}, "['dynamic']['statistic'] must be one of min, median; got 'mean'"),
         ({"calibrate": 1}, "['dynamic']['calibrate'] must be true or false; got 1"),
         ({"measure_steps": "yes"}, "['dynamic']['measure_steps'] must be true or false; got 'yes'"),
+        ({"measure_every": 0}, "['dynamic']['measure_every'] must be an int >= 1; got 0"),
         ("sync", "additional_config['ascend_spec']['dynamic'] must be a dict of settings (or true/false)"),
     ],
 )
