@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ascend_spec.e2e.engine import EngineRun
-from ascend_spec.e2e.sweep import SweepRow, format_summary, format_sweep, plot_sweep, summarize_sweep
+from ascend_spec.e2e.sweep import (
+    SweepRow,
+    format_summary,
+    format_sweep,
+    plot_sweep,
+    replica_order,
+    summarize_sweep,
+)
 
 
 def _run(tokens: int, seconds: float, dynamic: dict | None = None, drafts: int = 0, draft_tokens: int = 0):
@@ -97,3 +106,13 @@ def test_replicas_give_each_row_its_spread_and_each_comparison_its_noise_and_ver
     d = one.as_dict()
     assert d["meets"] is True and d["noise_vs_best_fixed_k"] == 0.04 and d["dynamic_vs_best_fixed_k"] == 0.98
     assert rows[0].as_dict(100.0)["replicas_tokens_per_s"] == [100.0, 98.0]
+
+
+@given(st.integers(1, 8), st.integers(1, 6))
+def test_replicas_are_started_so_no_config_sits_later_on_average(n: int, replicas: int) -> None:
+    order = replica_order(n, replicas)
+    assert sorted(order) == sorted(list(range(n)) * replicas)
+    assert order[:n] == list(range(n))
+    mean = [sum(p for p, i in enumerate(order) if i == c) / replicas for c in range(n)]
+    if replicas % 2 == 0:
+        assert len(set(mean)) == 1  # every config at the same mean position

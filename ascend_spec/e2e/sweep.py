@@ -11,8 +11,8 @@ plain decoding at that B, tokens per CPU-second of the engine process (best roun
 engine) and host copies per step. ``--plot`` writes tokens/s against B per mode (matplotlib).
 
 ``--replicas`` (default 2) starts every row's engine that many times, all resident in the same interleaved
-rounds: a row reports its fastest replica, and the spread between a row's replicas (``1 - slowest / fastest``)
-is the run's own measure of noise. Identical engines differ by more than their rounds do: on a shared 2-core VM
+rounds (replica 2 in reversed order: :func:`replica_order`): a row reports its fastest replica, and the spread
+between a row's replicas (``1 - slowest / fastest``) is the run's own measure of noise. Identical engines differ by more than their rounds do: on a shared 2-core VM
 four K = 3 engines in one run came out 0.88-1.03 of each other, each steady over its rounds (a process's memory
 placement and core, not load that interleaving spreads). The summary after the table gives, per B, dynamic
 against plain decoding and against the best fixed K, each with its noise (the larger spread of the two rows
@@ -243,6 +243,14 @@ def plot_sweep(rows: list[SweepRow], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def replica_order(num_configs: int, replicas: int) -> list[int]:
+    """The start (and per-round) order of the engines: config indices, replica r forward for even r and
+    reversed for odd r, so with an even number of replicas every config sits at the same mean position
+    (identical engines started later have run faster on the shared VM, which would favour the last config)."""
+    forward = list(range(num_configs))
+    return [i for r in range(replicas) for i in (forward if r % 2 == 0 else forward[::-1])]
+
+
 def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: bool) -> int:
     from ascend_spec.e2e.cli import builtin_prompts
 
@@ -278,16 +286,19 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
         env = {"ASCEND_SPEC_CHECKS": "0"}
         if args.threads:
             env["OMP_NUM_THREADS"] = str(args.threads)
-        results = run_interleaved(
-            [engine for _, engine in configs for _ in range(replicas)],
+        order = replica_order(len(configs), replicas)
+        started = run_interleaved(
+            [configs[i][1] for i in order],
             prompts,
             max_tokens=lengths,
             rounds=args.repeats,
             work_dir=work,
             env=env,
         )
-        for i, (mode, _) in enumerate(configs):
-            group = results[i * replicas : (i + 1) * replicas]
+        by_config: list[list[EngineRun]] = [[] for _ in configs]
+        for i, result in zip(order, started):
+            by_config[i].append(result)
+        for (mode, _), group in zip(configs, by_config):
             ran = [r for r in group if not r.error]
             result = max(ran, key=lambda r: r.tokens_per_second) if ran else group[0]
             rows.append(SweepRow(b, mode, result, [r.tokens_per_second for r in ran]))
