@@ -125,6 +125,7 @@ class DynamicStats:
     target_graphs: collections.Counter = field(default_factory=collections.Counter)
     ragged_steps: int = 0  # steps whose requests verify different numbers of drafts
     skipped_steps: int = 0  # plain decodes without a drafter run (the no-draft option)
+    plain_engine_steps: int = 0  # of them, run as an engine without a drafter runs them (dynamic_plain_step)
     score_kinds: collections.Counter = field(default_factory=collections.Counter)  # steps per score kind
     last_lengths: list[int] = field(default_factory=list)
     calibration: SurvivalCalibration | None = None  # its factors per draft position are reported
@@ -144,6 +145,7 @@ class DynamicStats:
             "target_graphs": {str(k): v for k, v in self.target_graphs.items()},
             "ragged_steps": self.ragged_steps,
             "skipped_steps": self.skipped_steps,
+            "plain_engine_steps": self.plain_engine_steps,
             "score_kinds": dict(sorted(self.score_kinds.items())),
             "calibration": (
                 None if self.calibration is None else [round(float(f), 4) for f in self.calibration.factors]

@@ -4,7 +4,8 @@ Patch points (register: :mod:`ascend_spec.vllm.patches`): ``dynamic_profiles`` (
 ``dynamic_propose`` (``propose_draft_token_ids``), ``dynamic_take_drafts`` (``take_draft_token_ids``),
 ``dynamic_skip_drafter`` (``_input_fits_in_drafter``), ``dynamic_plain_sample`` (``_sample``),
 ``dynamic_zero_draft_metadata`` (``_calc_spec_decode_metadata``), ``dynamic_zero_draft_copy``
-(``_copy_draft_token_ids_to_cpu``); all
+(``_copy_draft_token_ids_to_cpu``), ``dynamic_plain_step`` (the runner's ``speculative_config`` during a
+drafter-less decode step of an attention-only target); all
 instance attributes of a runner whose engine sets ``additional_config["ascend_spec"]["dynamic"]``.
 """
 
@@ -60,26 +61,47 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     ] = {}  # B -> V1's metadata of a decode step where no request has drafts
     runner.ascend_spec_dynamic = None
     runner._ascend_spec_lengths = None
+    spec_config = runner.speculative_config
+    # A decode step with no drafts whose drafter is skipped runs as V1 runs an engine without a drafter:
+    # attention-only targets only (hybrid GDN layers read V1's per-step spec-decode rows, which that path
+    # leaves unwritten).
+    plain_steps = not runner.model_config.is_hybrid
     # This step's timing for the measured step costs: [start, B, drafts verified, decode only, proposer s, timed]
     step = [0.0, 0, 0, False, 0.0, False]
 
     def _execute_model(self, scheduler_output, *args: Any, **kwargs: Any):  # noqa: ANN001, ANN202
+        self.speculative_config = spec_config  # also after a step that never reached sample_tokens
         if (
             self.ascend_spec_dynamic is None
         ):  # before the first step's inputs exist, as vLLM's own dummy batches
             self.ascend_spec_dynamic = build_verifier(self)
+        verifier = self.ascend_spec_dynamic
         verified = scheduler_output.scheduled_spec_decode_tokens
-        self.ascend_spec_dynamic.begin_step(verified)
+        verifier.begin_step(verified)
         b = len(scheduler_output.num_scheduled_tokens)
         t = sum(map(len, verified.values()))
         decode = scheduler_output.total_num_scheduled_tokens == b + t
-        costs = self.ascend_spec_dynamic.step_costs
+        if plain_steps and decode and b and not t and verifier.skip_drafter():
+            # dynamic_plain_step: no request verifies a draft and the drafter is skipped after this forward,
+            # so the step is a plain decode; V1 runs it as an engine without a drafter (no spec-decode
+            # metadata, placeholder clamp, rejection sampler, zero draft tensor or drafts copy), restored in
+            # sample_tokens
+            self.speculative_config = None
+            verifier.stats.plain_engine_steps += 1
+        costs = verifier.step_costs
         timed = decode and b > 0 and costs is not None and costs.sample_step(b)
         step[:] = (time.perf_counter(), b, t, decode, 0.0, timed)
-        return execute_model(scheduler_output, *args, **kwargs)
+        try:
+            return execute_model(scheduler_output, *args, **kwargs)
+        except BaseException:
+            self.speculative_config = spec_config
+            raise
 
     def _sample_tokens(self, *args: Any, **kwargs: Any):  # noqa: ANN202
-        output = sample_tokens(*args, **kwargs)
+        try:
+            output = sample_tokens(*args, **kwargs)
+        finally:
+            self.speculative_config = spec_config
         verifier = self.ascend_spec_dynamic
         sampled = getattr(output, "sampled_token_ids", None)
         if verifier is not None and isinstance(sampled, list):  # V1's host lists (sync scheduling)

@@ -176,6 +176,22 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="with dynamic_take_drafts",
     ),
     PatchPoint(
+        name="dynamic_plain_step",
+        target="GPUModelRunner.speculative_config (per runner instance, for one step)",
+        what="a decode step in which no request verifies a draft and the drafter is skipped after the forward "
+        "(the no-draft option's drafter-less steps) runs with the runner's speculative_config set to None from "
+        "execute_model to the end of sample_tokens: V1's path of an engine without a drafter (no spec-decode "
+        "metadata or rows, no placeholder clamp, no rejection sampler, no zero draft tensor or drafts copy); "
+        "attention-only targets only",
+        why="a speculative V1 engine's zero-draft step still did ~4 % more work than a plain engine's step on "
+        "the tiny CPU models (V1's speculative bookkeeping around the same forward), so a controller that "
+        "settled on plain decoding stayed measurably below plain decoding",
+        how="instance attribute set in the dynamic_profiles wrapper and restored in the sample_tokens wrapper "
+        "(and at the next execute_model, and when execute_model raises); hybrid targets keep the zero-draft "
+        "path: their GDN metadata reads the per-step spec-decode rows that path writes",
+        remove_when="V1 runs zero-draft steps as plain steps itself",
+    ),
+    PatchPoint(
         name="dynamic_observe_acceptance",
         target="GPUModelRunner.sample_tokens (per runner instance)",
         what="after V1's bookkeeping: each verifying request's accepted count (len(sampled) - 1 of the host "

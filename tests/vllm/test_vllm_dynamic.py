@@ -177,7 +177,11 @@ def test_useless_drafter_settles_on_plain_decoding_with_measured_profiles(engine
     assert stats["profile_source"] == "measured" and 0 < stats["profile_startup_s"] < 120
     assert set(stats["totals"]) == {"0"} and stats["plain_steps"] == stats["steps"]
     assert stats["skipped_steps"] > 0  # probe_interval 4: up to 3 drafter-less steps after each probe
+    # the drafter-less decode steps ran as an engine without a drafter runs them (dynamic_plain_step) ...
+    assert 0 < stats["plain_engine_steps"] <= stats["skipped_steps"]
     assert first.num_draft_tokens == 0  # the target never verified a draft
+    # ... and the output is plain decoding's
+    assert_matches_plain(run(engine_dir, models, env=ENV), first, allow_ties=False)
     second = run(engine_dir, models, speculative=spec, plugin=plugin, env=env, prompts=PROMPTS[:2])
     assert second.dynamic["profile_source"].startswith("cache ")
     assert second.dynamic["profile_startup_s"] == 0.0
@@ -222,6 +226,7 @@ def test_dspark_budgets_follow_its_confidence_head(engine_dir, tmp_path, models_
     else:
         assert set(stats["totals"]) == {"0"} and stats["plain_steps"] == stats["steps"]
         assert stats["skipped_steps"] > 0  # the no-draft option skips the drafter between probes
+        assert 0 < stats["plain_engine_steps"] <= stats["skipped_steps"]  # dense target: dynamic_plain_step
         assert ours.num_draft_tokens == 0
 
 

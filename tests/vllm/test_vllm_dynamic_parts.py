@@ -314,6 +314,8 @@ def test_zero_draft_steps_sample_plainly_and_reuse_their_metadata() -> None:
         sample_tokens=lambda *a: None,
         _calc_spec_decode_metadata=metadata,
         _copy_draft_token_ids_to_cpu=lambda *a: None,
+        speculative_config=object(),
+        model_config=SimpleNamespace(is_hybrid=False),
     )
     install_dynamic(runner)
     zero = runner._calc_spec_decode_metadata(np.zeros(3, np.int32), np.array([1, 2, 3]))
@@ -348,6 +350,8 @@ def test_plans_without_drafts_hand_the_scheduler_nothing_and_skip_the_host_copy(
         _draft_token_ids=torch.zeros(2, 3, dtype=torch.int32),
         prev_num_spec_tokens=0,
         _draft_token_req_ids=None,
+        speculative_config=object(),
+        model_config=SimpleNamespace(is_hybrid=False),
     )
     install_dynamic(runner)
     runner._ascend_spec_lengths = [0, 0]
@@ -360,6 +364,69 @@ def test_plans_without_drafts_hand_the_scheduler_nothing_and_skip_the_host_copy(
     assert runner.take_draft_token_ids().draft_token_ids == [[1, 2], []]
     runner._copy_draft_token_ids_to_cpu(None, zeros_only=True)  # no plan (V1's own zero step): V1's path
     assert copies == [False, True]
+
+
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_drafter_less_decode_steps_run_as_an_engine_without_a_drafter(hybrid: bool) -> None:
+    """dynamic_plain_step on a stand-in runner: a one-token-per-request step without drafts whose drafter is
+    skipped sees speculative_config None from execute_model to the end of sample_tokens (restored after it,
+    and when execute_model raises); steps with drafts, prefills and hybrid targets keep it."""
+    from ascend_spec.vllm.dynamic_runner import install_dynamic
+
+    spec = object()
+    seen: list[object] = []
+
+    def execute(scheduler_output):  # noqa: ANN001, ANN202
+        seen.append(runner.speculative_config)
+        if getattr(scheduler_output, "fail", False):
+            raise RuntimeError("boom")
+
+    runner = SimpleNamespace(
+        execute_model=execute,
+        propose_draft_token_ids=lambda *a: None,
+        take_draft_token_ids=lambda: None,
+        _input_fits_in_drafter=lambda *a: True,
+        _sample=lambda *a: None,
+        sample_tokens=lambda *a: seen.append(runner.speculative_config),
+        _calc_spec_decode_metadata=lambda *a: None,
+        _copy_draft_token_ids_to_cpu=lambda *a: None,
+        speculative_config=spec,
+        model_config=SimpleNamespace(is_hybrid=hybrid),
+    )
+    install_dynamic(runner)
+    ctl = _controller(3, {1: 1.0, 32: 1.0}, {4: 0.5, 32: 0.5}, q=4)
+    runner.ascend_spec_dynamic = verifier = DynamicVerifier(ctl, None)
+
+    def step(tokens: int, drafts: dict[str, list[int]], skips: int) -> list[object]:
+        seen.clear()
+        verifier._skips_left = skips
+        out = SimpleNamespace(
+            scheduled_spec_decode_tokens=drafts,
+            num_scheduled_tokens={"a": 1, "b": 1},
+            total_num_scheduled_tokens=tokens,
+        )
+        runner.execute_model(out)
+        runner.sample_tokens(None)
+        assert runner.speculative_config is spec
+        return list(seen)
+
+    plain = None if not hybrid else spec
+    assert step(2, {}, skips=2) == [plain, plain]  # drafter-less decode step
+    assert verifier._skips_left == (1 if not hybrid else 2)  # hybrid: _input_fits_in_drafter skips it
+    assert step(2, {}, skips=0) == [spec, spec]  # the drafter runs after this forward
+    assert step(4, {"a": [7, 8]}, skips=1) == [spec, spec]  # drafts verified
+    assert step(9, {}, skips=1) == [spec, spec]  # a prefill chunk
+    assert verifier.stats.plain_engine_steps == (0 if hybrid else 1)
+    verifier._skips_left, seen[:] = 1, []
+    failing = SimpleNamespace(
+        scheduled_spec_decode_tokens={},
+        num_scheduled_tokens={"a": 1, "b": 1},
+        total_num_scheduled_tokens=2,
+        fail=True,
+    )
+    with pytest.raises(RuntimeError, match="boom"):
+        runner.execute_model(failing)
+    assert seen == [plain] and runner.speculative_config is spec
 
 
 def test_bad_score_kind_is_refused() -> None:
