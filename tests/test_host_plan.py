@@ -71,6 +71,8 @@ def test_calibration_and_controller_run_the_compiled_form_and_numpy_agrees() -> 
     compiled, plain = SurvivalCalibration(k), SurvivalCalibration(k)
     plain._host = HostPlan(k, native=False)
     plain._host.bind_sums(plain.predicted, plain.observed, plain._factors)
+    with pytest.raises(AttributeError):
+        compiled.predicted = np.zeros(k)  # bound by address: never replaced
     assert compiled._host.native and not plain._host.native
     rng = np.random.default_rng(0)
     for _ in range(30):

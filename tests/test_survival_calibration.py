@@ -72,8 +72,8 @@ def test_evidence_ages_so_a_drafter_is_tried_again() -> None:
 def test_calibrated_survivals_stay_survivals(row: list[float], factors: list[float]) -> None:
     k = len(row)
     cal = SurvivalCalibration(k, prior=1.0)
-    cal.predicted = np.ones(k)
-    cal.observed = np.asarray(factors) * 2 - 1  # factors (observed + 1) / 2 before the decay
+    cal.predicted[:] = 1.0  # in place: the sums are bound by address
+    cal.observed[:] = np.asarray(factors) * 2 - 1  # factors (observed + 1) / 2 before the decay
     s = np.minimum.accumulate(np.asarray([row]), axis=1)
     out = cal.apply(s)
     assert ((out >= 0) & (out <= 1)).all()

@@ -39,11 +39,22 @@ class SurvivalCalibration:
             raise ValueError(f"prior must be a positive number of pseudo-observations; got {prior!r}")
         self.decay = float(decay)
         self.prior = float(prior)
-        self.predicted = np.zeros(self.max_drafts)
-        self.observed = np.zeros(self.max_drafts)
+        # The sums and the factor buffer are bound to the compiled routine by address: updated in place only.
+        self._predicted = np.zeros(self.max_drafts)
+        self._observed = np.zeros(self.max_drafts)
         self._factors = np.ones(self.max_drafts)
         self._host = HostPlan(self.max_drafts)
-        self._host.bind_sums(self.predicted, self.observed, self._factors)
+        self._host.bind_sums(self._predicted, self._observed, self._factors)
+
+    @property
+    def predicted(self) -> np.ndarray:
+        """P_i, the decayed sum of predicted survival per draft position."""
+        return self._predicted
+
+    @property
+    def observed(self) -> np.ndarray:
+        """A_i, the decayed sum of observed survival (draft i accepted) per draft position."""
+        return self._observed
 
     @property
     def factors(self) -> np.ndarray:

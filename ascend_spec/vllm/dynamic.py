@@ -195,9 +195,9 @@ class DynamicVerifier:
         """This step's draft length per request; ``req_ids`` (the rows' request ids) feed the calibration.
 
         The host path is a handful of calls: the two ops (or their one-call CPU form) into reused buffers, the
-        one host copy, the
-        calibration's factors (the survivals are not rescaled here) and ``BudgetController.plan_lengths``, whose
-        per-batch-size bounds settle full-block and plain steps without sorting.
+        one host copy, the calibration's factors (the survivals are not rescaled here) and
+        ``BudgetController.plan_lengths``, whose per-batch-size bounds settle full-block and plain steps without
+        sorting (factors and bounds compiled where a compiler exists: :mod:`ascend_spec.graph.host_plan`).
         """
         start = time.perf_counter()
         copies_before = self.reader.copies
