@@ -88,7 +88,7 @@ def test_calibration_and_controller_run_the_compiled_form_and_numpy_agrees() -> 
 def test_a_bad_mode_is_an_error_not_a_silent_no_op() -> None:
     host = HostPlan(3, native=True)
     host._args.mode = 7
-    with pytest.raises(RuntimeError, match="native host routine host_plan failed with status 2"):
+    with pytest.raises(RuntimeError, match="native CPU kernel host_plan failed with status 2"):
         host._run()
 
 

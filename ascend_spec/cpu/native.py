@@ -17,7 +17,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -115,10 +115,22 @@ def entry(kernel: str, struct: type[ctypes.Structure]) -> ctypes._CFuncPtr:
     return fn
 
 
+@functools.cache
+def bound(kernel: str, struct: type[ctypes.Structure]) -> Callable[[ctypes.Structure], None]:
+    """``<kernel>_cpu`` as a callable of a filled ``struct``, raising on a non-zero status (for callers that keep
+    one arguments struct and call it every step)."""
+    fn = entry(kernel, struct)
+
+    def run(args: ctypes.Structure) -> None:
+        status = fn(ctypes.byref(args))
+        if status != 0:
+            raise RuntimeError(f"native CPU kernel {kernel} failed with status {status}")
+
+    return run
+
+
 def call(kernel: str, args: ctypes.Structure) -> None:
-    status = entry(kernel, type(args))(ctypes.byref(args))
-    if status != 0:
-        raise RuntimeError(f"native CPU kernel {kernel} failed with status {status}")
+    bound(kernel, type(args))(args)
 
 
 def ptr(t: torch.Tensor | None) -> int:

@@ -15,14 +15,30 @@ like their own state). Without a compiler, or with ``ASCEND_SPEC_BACKEND`` namin
 
 from __future__ import annotations
 
-import ctypes
 import os
 
 import numpy as np
 
 from ascend_spec.backend import BACKEND_ENV, host_compiler
+from ascend_spec.cpu.native import arguments_struct
 
 KERNEL = "host_plan"
+Arguments = arguments_struct(
+    "HostPlanArgs",
+    (
+        "mode",
+        "survival",
+        "num_rows",
+        "max_drafts",
+        "factors",
+        "predicted",
+        "observed",
+        "verified",
+        "accepted",
+        "out",
+    ),
+    floats=("decay", "prior"),
+)
 BOUNDS, FACTORS, ACCUMULATE = 0, 1, 2
 
 
@@ -53,16 +69,6 @@ def numpy_accumulate(
     observed += (positions < accepted[:, None]).sum(axis=0)
 
 
-class _Args(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_int64)
-        for name in (
-            "mode", "survival", "num_rows", "max_drafts", "factors", "predicted", "observed", "verified",
-            "accepted", "out",
-        )
-    ] + [("decay", ctypes.c_double), ("prior", ctypes.c_double)]  # fmt: skip
-
-
 def native_available() -> bool:
     """Whether :class:`HostPlan` runs the compiled routine here (module docstring)."""
     env = os.environ.get(BACKEND_ENV, "").strip()
@@ -80,8 +86,8 @@ class HostPlan:
         if self.native:
             from ascend_spec.cpu import native as cpu_native
 
-            self._fn = cpu_native.entry(KERNEL, _Args)
-            self._args = _Args(max_drafts=max_drafts, out=self._out.ctypes.data)
+            self._fn = cpu_native.bound(KERNEL, Arguments)
+            self._args = Arguments(max_drafts=max_drafts, out=self._out.ctypes.data)
 
     def bounds(self, survival: np.ndarray, factors: np.ndarray | None) -> tuple[float, float]:
         """:func:`numpy_bounds` of ``survival [B, K]`` (fp32 C-contiguous in the compiled form, else NumPy)."""
@@ -133,6 +139,4 @@ class HostPlan:
         self._run()
 
     def _run(self) -> None:
-        status = self._fn(ctypes.byref(self._args))
-        if status != 0:
-            raise RuntimeError(f"native host routine {KERNEL} failed with status {status}")
+        self._fn(self._args)

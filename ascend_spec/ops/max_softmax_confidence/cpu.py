@@ -9,8 +9,6 @@ once.
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 
 from ascend_spec.cpu import native
@@ -96,7 +94,7 @@ class DraftSurvival:
         self._args = Arguments(
             0, 0, 0, confidence.data_ptr(), survival.data_ptr(), k, self.num_rows, 0, 0, 0, 0, 1, 1.0
         )  # fmt: skip
-        self._fn = native.entry(KERNEL, Arguments)
+        self._run = native.bound(KERNEL, Arguments)
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         """The survivals of this step's draft logits ``[B*K, V]`` (any float dtype and strides)."""
@@ -118,7 +116,5 @@ class DraftSurvival:
         a.s0, a.s1 = logits.stride()
         a.dtype = code
         a.threads = torch.get_num_threads()
-        status = self._fn(ctypes.byref(a))
-        if status != 0:
-            raise RuntimeError(f"native CPU kernel {KERNEL} failed with status {status}")
+        self._run(a)
         return self.survival
