@@ -361,7 +361,7 @@ def test_plan_lengths_bounds_settle_full_and_plain_steps_without_searching(monke
     import numpy as np
 
     ctl = make({4: 0.2, 32: 0.3}, {1: 1.0, 8: 1.0, 16: 1.2, 32: 1.5}, 3, 4)
-    full_above, plain_below = ctl._lean_table(4)
+    full_above, plain_below = ctl.lean_bounds(4)
     assert 0.0 < full_above < 1.0 and plain_below > 0.0
     monkeypatch.setattr(np, "argsort", lambda *a, **kw: pytest.fail("searched"))
     assert ctl.plan_lengths(np.full((4, 3), 0.999, np.float32)) == (12, [3, 3, 3, 3])

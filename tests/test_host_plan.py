@@ -10,7 +10,16 @@ from hypothesis.extra import numpy as hnp
 
 from ascend_spec.backend import host_compiler
 from ascend_spec.graph.calibration import SurvivalCalibration
-from ascend_spec.graph.host_plan import HostPlan, numpy_accumulate, numpy_bounds, numpy_factors
+from ascend_spec.graph.host_plan import (
+    FULL,
+    PLAIN,
+    SEARCH,
+    HostPlan,
+    StepPlan,
+    numpy_accumulate,
+    numpy_bounds,
+    numpy_factors,
+)
 
 pytestmark = pytest.mark.skipif(host_compiler() is None, reason="the compiled form needs a C++ compiler")
 
@@ -103,3 +112,95 @@ def test_other_layouts_take_the_numpy_form() -> None:
     assert host.bounds(s64, None) == numpy_bounds(s64, None)
     cols = np.asfortranarray(s64.astype(np.float32))
     assert host.bounds(cols, np.ones(3)) == numpy_bounds(cols, np.ones(3))
+
+
+@st.composite
+def steps(draw):  # noqa: ANN001, ANN201
+    """A step: survivals, a calibration's start (or none), the last step's deferred bookkeeping, the bounds."""
+    b, k = draw(st.integers(1, 24)), draw(st.integers(1, 12))
+    survival = _survivals(draw, b, k)
+    calibrate = draw(st.booleans())
+    start = draw(hnp.arrays(np.float64, (2, k), elements=st.floats(0.0, 50.0))) if calibrate else None
+    n = draw(st.integers(0, 20)) if calibrate else 0
+    rows = _survivals(draw, n, k) if n else np.zeros((0, k), np.float32)
+    verified = np.array(draw(st.lists(st.integers(0, k), min_size=n, max_size=n)), dtype=np.int64)
+    accepted = np.minimum(
+        verified, np.array(draw(st.lists(st.integers(0, k), min_size=n, max_size=n)), np.int64)
+    )
+    bounds = draw(
+        st.tuples(st.floats(0.0, 1.2) | st.just(np.inf), st.floats(0.0, 3.0 * b * k) | st.just(np.inf))
+    )
+    return survival, start, (rows, verified, accepted), bounds
+
+
+@settings(max_examples=150, deadline=None)
+@given(steps())
+def test_step_plan_matches_its_parts(case) -> None:  # noqa: ANN001
+    """StepPlan's one call = bookkeeping, then decayed factors, then bounds and their decision (NumPy forms),
+    and its ring slot holds the step's survivals."""
+    survival, start, pending, (full_above, plain_below) = case
+    k = survival.shape[1]
+    buffer = np.zeros_like(survival)
+    calibration = None
+    if start is not None:
+        calibration = SurvivalCalibration(k, decay=0.9, prior=1.5)
+        calibration.predicted[:], calibration.observed[:] = start
+        if pending[0].shape[0]:
+            calibration.defer(*pending)
+    plan = StepPlan(buffer, None, calibration)
+    buffer[:] = survival  # what a scorer writes before the call
+    decision = plan(full_above, plain_below)
+    assert calibration is None or calibration.take_pending() is None  # applied by the call
+    factors = None
+    if start is not None:
+        want_p, want_o = start[0].copy(), start[1].copy()
+        if pending[0].shape[0]:
+            numpy_accumulate(*pending, want_p, want_o)
+        factors = numpy_factors(want_p, want_o, 0.9, 1.5)
+        np.testing.assert_allclose(calibration.predicted, want_p, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(calibration.observed, want_o, rtol=1e-12)
+        np.testing.assert_allclose(plan.factors, factors, rtol=1e-12)
+    smallest, total = numpy_bounds(survival, factors)
+    got = plan.bounds
+    assert got[0] == pytest.approx(smallest, rel=1e-12, abs=0)
+    assert got[1] == pytest.approx(total, rel=1e-5, abs=1e-9)
+    if got[0] > full_above:
+        assert decision == FULL
+    elif got[1] < plain_below:
+        assert decision == PLAIN
+    else:
+        assert decision == SEARCH
+    np.testing.assert_array_equal(plan.predictions, survival)
+
+
+def test_step_plan_ring_keeps_each_step_until_the_plan_after_next() -> None:
+    """The predictions of a step survive the next two plans (its bookkeeping rides on the plan after next)."""
+    buffer = np.zeros((2, 3), np.float32)
+    plan = StepPlan(buffer)
+    kept = []
+    for step in range(5):
+        buffer[:] = 0.1 * (step + 1)
+        plan(np.inf, 0.0)
+        kept.append(plan.predictions)
+        if step >= 2:
+            np.testing.assert_array_equal(kept[step - 2], np.full((2, 3), 0.1 * (step - 1), np.float32))
+
+
+def test_step_plan_refuses_bad_buffers_and_reports_a_failing_scorer() -> None:
+    with pytest.raises(ValueError, match="survival must be a C-contiguous float32"):
+        StepPlan(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="B >= 1 rows"):
+        StepPlan(np.zeros((0, 3), np.float32))
+    with pytest.raises(ValueError, match="calibration is for K=4"):
+        StepPlan(np.zeros((2, 3), np.float32), None, SurvivalCalibration(4))
+    import ctypes
+
+    from ascend_spec.cpu import native
+
+    # a scorer whose status is non-zero: the host plan's own entry called with a bad mode
+    bad = HostPlan(3, native=True)
+    bad._args.mode = 7
+    fn = ctypes.cast(native.entry("host_plan", type(bad._args)), ctypes.c_void_p).value
+    plan = StepPlan(np.zeros((2, 3), np.float32), (fn, ctypes.addressof(bad._args)))
+    with pytest.raises(RuntimeError, match="status 18"):  # 16 + the scorer's status 2
+        plan(np.inf, 0.0)

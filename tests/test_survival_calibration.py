@@ -134,3 +134,28 @@ def test_accumulate_is_observe_without_its_checks(case) -> None:  # noqa: ANN001
     unchecked.accumulate(predicted, full, accepted)
     np.testing.assert_allclose(unchecked.predicted, checked.predicted, rtol=1e-12)
     np.testing.assert_array_equal(unchecked.observed, checked.observed)
+
+
+def test_deferred_bookkeeping_is_applied_before_the_next_plan_or_a_read() -> None:
+    """defer() then next_factors() = accumulate() then next_factors(); a read of the sums, a second defer or an
+    accumulate apply what is pending first; take_pending hands it over once."""
+    rng = np.random.default_rng(1)
+    k = 4
+    now, later = SurvivalCalibration(k), SurvivalCalibration(k)
+    for _ in range(6):
+        rows = np.cumprod(rng.uniform(0.2, 1.0, (3, k)).astype(np.float32), axis=1)
+        verified = rng.integers(1, k + 1, 3)
+        accepted = np.minimum(verified, rng.integers(0, k + 1, 3))
+        now.accumulate(rows, verified, accepted)
+        later.defer(rows, verified, accepted)
+        np.testing.assert_allclose(later.next_factors(), now.next_factors(), rtol=1e-12)
+    rows = np.full((1, k), 0.5, np.float32)
+    one, zero = np.array([k]), np.array([0])
+    later.defer(rows, one, zero)
+    assert later.observed.sum() == pytest.approx(now.observed.sum())  # the read applied it (nothing observed)
+    assert later.predicted.sum() == pytest.approx(now.predicted.sum() + 0.5 * k)
+    assert later.take_pending() is None
+    later.defer(rows, one, one)
+    later.defer(rows, one, zero)  # the first is applied, the second pending
+    assert later.take_pending()[2] is zero
+    assert later.observed.sum() == pytest.approx(now.observed.sum() + k)  # all k accepted once

@@ -45,16 +45,24 @@ class SurvivalCalibration:
         self._factors = np.ones(self.max_drafts)
         self._host = HostPlan(self.max_drafts)
         self._host.bind_sums(self._predicted, self._observed, self._factors)
+        self._pending: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # defer()red bookkeeping
 
     @property
     def predicted(self) -> np.ndarray:
         """P_i, the decayed sum of predicted survival per draft position."""
+        self._flush()
         return self._predicted
 
     @property
     def observed(self) -> np.ndarray:
         """A_i, the decayed sum of observed survival (draft i accepted) per draft position."""
+        self._flush()
         return self._observed
+
+    def sums(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(P, A, the factor buffer), fp64 [K] each, updated in place only: for a compiled step that decays and
+        writes them itself (:class:`~ascend_spec.graph.host_plan.StepPlan`), after :meth:`take_pending`."""
+        return self._predicted, self._observed, self._factors
 
     @property
     def factors(self) -> np.ndarray:
@@ -71,6 +79,7 @@ class SurvivalCalibration:
         """A plan's f_i: what :meth:`apply` scales by, for a planner that applies them itself
         (``BudgetController.plan_lengths``); decays the evidence as every plan does. The array is reused: it
         holds these factors until the next call."""
+        self._flush()
         return self._host.factors(self.decay, self.prior)
 
     def observe(self, predicted: np.ndarray, verified: np.ndarray, accepted: np.ndarray) -> None:
@@ -100,7 +109,28 @@ class SurvivalCalibration:
         """:meth:`observe` without its checks, for a caller whose rows it built itself (dynamic verification's
         end of step): ``predicted`` [N, K] float, ``verified`` / ``accepted`` [N] int64 with 0 <= accepted <=
         verified <= K."""
+        self._flush()
         self._host.accumulate(predicted, verified, accepted)
+
+    def defer(self, predicted: np.ndarray, verified: np.ndarray, accepted: np.ndarray) -> None:
+        """:meth:`accumulate`, held until the next plan (or a read of the sums) applies it: an engine step's
+        bookkeeping then rides on the next plan's one compiled call (:class:`~ascend_spec.graph.host_plan.StepPlan`)
+        instead of a call of its own. Same arguments and result as :meth:`accumulate` at that point, applied
+        before the plan decays the sums; the arrays must stay unchanged until then (``predicted`` fp32
+        C-contiguous, the counts int64 C-contiguous, for the compiled call)."""
+        self._flush()
+        self._pending = (predicted, verified, accepted)
+
+    def take_pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The deferred bookkeeping, handed to a caller that applies it now (cleared here)."""
+        pending, self._pending = self._pending, None
+        return pending
+
+    def _flush(self) -> None:
+        if self._pending is not None:
+            rows, verified, accepted = self._pending
+            self._pending = None
+            self._host.accumulate(rows, verified, accepted)
 
     def _check_rows(self, name: str, values: np.ndarray) -> np.ndarray:
         s = np.asarray(values, dtype=np.float64)

@@ -359,7 +359,7 @@ class BudgetController:
         (the survival calibration's factors per draft position; None: the survivals as given), without building
         a plan. Two bounds, computed once per batch size, settle most steps without sorting or calibrating the
         B x K values: when even the smallest (calibrated) survival is above ``full_above`` every draft is
-        verified, and when their sum is below ``plain_below`` nothing is (proof at :meth:`_lean_table`). The
+        verified, and when their sum is below ``plain_below`` nothing is (proof at :meth:`lean_bounds`). The
         host guard on the values runs with value checks on (they come from the project's own ops here);
         ragged totals are split by ``allocate_verify_budget``.
         """
@@ -371,32 +371,49 @@ class BudgetController:
         b, k = s.shape
         self.last_num_reqs = b
         if value_checks_enabled(_HOST):
-            _check_host_values(s)
-            if factors is not None and not (np.all(np.isfinite(factors)) and np.all(factors > 0)):
-                raise ValueError(f"factors must be finite and > 0; got {np.asarray(factors).tolist()}")
-        full_above, plain_below = self._lean_table(b)
+            self.check_host_survivals(s, factors)
+        full_above, plain_below = self.lean_bounds(b)
         smallest, bound = self._host_plan.bounds(s, factors)
         if smallest > full_above:
-            t = b * k
-        elif bound < plain_below:
-            t = 0
-        else:
-            values = s.astype(np.float64)
-            if factors is not None:
-                values = np.minimum.accumulate(np.minimum(values * factors, 1.0), axis=1)
-            t, _ = self._search_total(values.reshape(-1), b)
-            if t not in (0, b * k):
-                self._totals.append(t)
-                split = split_budget(torch.from_numpy(values), t, backend=self.backend)
-                return t, split.num_drafts.tolist()
-        self._totals.append(t)
-        key = (b, t)
+            return self.settle(b, b * k)
+        if bound < plain_below:
+            return self.settle(b, 0)
+        return self.search_lengths(s, factors)
+
+    @staticmethod
+    def check_host_survivals(survival: np.ndarray, factors: np.ndarray | None) -> None:
+        """The host guard of :meth:`plan_lengths` (survivals in [0, 1], non-increasing; factors finite and > 0)."""
+        _check_host_values(survival)
+        if factors is not None and not (np.all(np.isfinite(factors)) and np.all(factors > 0)):
+            raise ValueError(f"factors must be finite and > 0; got {np.asarray(factors).tolist()}")
+
+    def settle(self, num_reqs: int, total: int) -> tuple[int, list[int]]:
+        """(total, lengths) of a step the bounds settled: T = 0 or B*K, the same split whatever the survivals
+        (for a planner that computed the bounds itself: :class:`~ascend_spec.graph.host_plan.StepPlan`)."""
+        self.last_num_reqs = num_reqs
+        self._totals.append(total)
+        key = (num_reqs, total)
         lengths = self._uniform_lengths.get(key)
         if lengths is None:
-            lengths = self._uniform_lengths[key] = [t // b] * b
-        return t, list(lengths)
+            lengths = self._uniform_lengths[key] = [total // num_reqs] * num_reqs
+        return total, list(lengths)
 
-    def _lean_table(self, b: int) -> tuple[float, float]:
+    def search_lengths(self, survival: np.ndarray, factors: np.ndarray | None) -> tuple[int, list[int]]:
+        """:meth:`plan_lengths` past its bounds: the search over every total on the calibrated survivals
+        (``survival [B, K]`` already checked, ``factors`` as there)."""
+        b, k = survival.shape
+        self.last_num_reqs = b
+        values = survival.astype(np.float64)
+        if factors is not None:
+            values = np.minimum.accumulate(np.minimum(values * factors, 1.0), axis=1)
+        t, _ = self._search_total(values.reshape(-1), b)
+        if t in (0, b * k):
+            return self.settle(b, t)
+        self._totals.append(t)
+        split = split_budget(torch.from_numpy(values), t, backend=self.backend)
+        return t, split.num_drafts.tolist()
+
+    def lean_bounds(self, b: int) -> tuple[float, float]:
         """(full_above, plain_below) at batch size b, from the candidate totals and their costs.
 
         With every survival > s and S_T <= T (survivals are <= 1), each candidate T < B*K has

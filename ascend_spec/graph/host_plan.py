@@ -36,10 +36,18 @@ Arguments = arguments_struct(
         "verified",
         "accepted",
         "out",
+        "scorer_fn",
+        "scorer_args",
+        "pending_rows",
+        "num_pending",
+        "ring",
+        "decision",
     ),
-    floats=("decay", "prior"),
+    floats=("decay", "prior", "full_above", "plain_below"),
 )
-BOUNDS, FACTORS, ACCUMULATE = 0, 1, 2
+BOUNDS, FACTORS, ACCUMULATE, STEP = 0, 1, 2, 3
+#: StepPlan decisions: the caller searches the total, every draft is verified, nothing is.
+SEARCH, FULL, PLAIN = 0, 1, 2
 
 
 def numpy_bounds(survival: np.ndarray, factors: np.ndarray | None) -> tuple[float, float]:
@@ -140,3 +148,98 @@ class HostPlan:
 
     def _run(self) -> None:
         self._fn(self._args)
+
+
+class StepPlan:
+    """One planned engine step's host part as one compiled call (``csrc/cpu/host_plan.cpp`` mode 3).
+
+    In that call: an optional native scorer writes this step's ``[B, K]`` survivals into ``survival`` (a CPU
+    engine's :class:`~ascend_spec.ops.max_softmax_confidence.cpu.DraftSurvival`), the calibration's deferred
+    bookkeeping of the last verified step is applied (:meth:`SurvivalCalibration.defer`), the survivals are
+    copied into the next slot of a small ring (the predictions a later step's bookkeeping reads, so no per-step
+    array), the calibration decays its sums into its factors, and the controller's two bounds settle the step:
+    :data:`FULL`, :data:`PLAIN`, or :data:`SEARCH` (the caller searches the total). Every part equals its
+    separate form (:class:`HostPlan`, the calibration's NumPy forms; tested), so a step planned here decides what
+    the separate calls decide. Python pays one call and a few struct fields instead of ~6 calls and their glue,
+    which on a CPU engine's decode step (caches cold after the forward) was ~2 % of a small model's step.
+
+    Needs the compiled routine (:func:`native_available`); one instance per (B, K) and engine thread.
+    """
+
+    RING = 3  # predictions live until the plan after next (the bookkeeping of their step rides on it)
+
+    def __init__(
+        self,
+        survival: np.ndarray,
+        scorer: tuple[int, int] | None = None,
+        calibration=None,  # noqa: ANN001 - a SurvivalCalibration (not imported: it imports this module)
+    ) -> None:
+        if survival.ndim != 2 or survival.dtype != np.float32 or not survival.flags.c_contiguous:
+            raise ValueError(
+                f"survival must be a C-contiguous float32 [B, K] array; got {survival.dtype} {list(survival.shape)}"
+            )
+        b, k = survival.shape
+        if b < 1 or k < 1:
+            raise ValueError(f"survival must have B >= 1 rows and K >= 1 columns; got {list(survival.shape)}")
+        from ascend_spec.cpu import native as cpu_native
+
+        self._run = cpu_native.bound(KERNEL, Arguments)
+        self.survival = survival
+        self.calibration = calibration
+        self._out = np.zeros(2)
+        self._ring = [np.zeros((b, k), np.float32) for _ in range(self.RING)]
+        self._ring_ptrs = [r.ctypes.data for r in self._ring]
+        self._slot = 0
+        self.predictions = self._ring[0]
+        fn, fn_args = scorer if scorer is not None else (0, 0)
+        self._args = Arguments(
+            mode=STEP, survival=survival.ctypes.data, num_rows=b, max_drafts=k, out=self._out.ctypes.data,
+            scorer_fn=fn, scorer_args=fn_args,
+        )  # fmt: skip
+        self.factors = None
+        if calibration is not None:
+            if calibration.max_drafts != k:
+                raise ValueError(f"calibration is for K={calibration.max_drafts}, the survivals have K={k}")
+            predicted, observed, factors = calibration.sums()
+            a = self._args
+            a.predicted, a.observed, a.factors = (
+                predicted.ctypes.data,
+                observed.ctypes.data,
+                factors.ctypes.data,
+            )
+            a.decay, a.prior = calibration.decay, calibration.prior
+            self.factors = factors
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The last call's (smallest calibrated survival, calibrated sum), as :meth:`HostPlan.bounds`."""
+        return float(self._out[0]), float(self._out[1])
+
+    def __call__(self, full_above: float, plain_below: float) -> int:
+        """Plan the step (class docstring); :attr:`predictions` then holds its survivals, :attr:`factors` the
+        calibration's factors of this plan."""
+        a = self._args
+        a.full_above, a.plain_below = full_above, plain_below
+        pending = None if self.calibration is None else self.calibration.take_pending()
+        if pending is None:
+            a.num_pending = 0
+        else:
+            rows, verified, accepted = pending
+            if (
+                rows.dtype != np.float32
+                or not rows.flags.c_contiguous
+                or verified.dtype != np.int64
+                or accepted.dtype != np.int64
+                or not (verified.flags.c_contiguous and accepted.flags.c_contiguous)
+            ):
+                numpy_accumulate(rows, verified, accepted, *self.calibration.sums()[:2])
+                a.num_pending = 0
+            else:
+                a.pending_rows, a.num_pending = rows.ctypes.data, rows.shape[0]
+                a.verified, a.accepted = verified.ctypes.data, accepted.ctypes.data
+        slot = self._slot
+        self._slot = (slot + 1) % self.RING
+        a.ring = self._ring_ptrs[slot]
+        self._run(a)
+        self.predictions = self._ring[slot]
+        return a.decision

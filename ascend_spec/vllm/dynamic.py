@@ -35,13 +35,14 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from ascend_spec.backend import resolve_backend
-from ascend_spec.graph import BudgetController
+from ascend_spec.backend import resolve_backend, value_checks_enabled
+from ascend_spec.graph import BudgetController, host_plan
 from ascend_spec.graph.calibration import SurvivalCalibration
 from ascend_spec.ops import head_confidence, max_softmax_confidence, survival_probs
 from ascend_spec.ops.max_softmax_confidence import OP as CONFIDENCE_OP
 
 SCORE_KINDS = ("logits", "head")
+_HOST = torch.device("cpu")
 #: Consecutive plain plans double the drafter-less stretch, at most this many times (probe_interval x 32): a
 #: probe costs a drafter run and a plan, and four plain probes in a row are strong evidence.
 MAX_BACKOFF_DOUBLINGS = 5
@@ -201,13 +202,18 @@ class DynamicVerifier:
         """
         start = time.perf_counter()
         copies_before = self.reader.copies
-        host = self.reader.read(self._step_scorer(scores)(scores.values)).numpy()
-        factors = None
-        if self.calibration is not None:
-            factors = self.calibration.next_factors()
-            if req_ids is not None:
-                self._next_predictions = (list(req_ids), host.copy())  # the host buffer is reused
-        total, lengths = self.controller.plan_lengths(host, factors)
+        step = self._step_scorer(scores)
+        if isinstance(step, _CompiledStep):  # a CPU engine: scores to decision in one native call
+            self.reader.copies += 1  # the survivals are already host memory: counted, nothing copied
+            total, lengths = step.plan(scores.values, self.controller)
+            host = step.plan_call.predictions  # a ring slot, valid through the bookkeeping of its step
+        else:
+            host = self.reader.read(step(scores.values)).numpy()
+            factors = self.calibration.next_factors() if self.calibration is not None else None
+            total, lengths = self.controller.plan_lengths(host, factors)
+            host = host.copy()  # the host buffer is reused
+        if self.calibration is not None and req_ids is not None:
+            self._next_predictions = (list(req_ids), host)
         self._record(lengths, total, time.perf_counter() - start, self.reader.copies - copies_before)
         self.stats.score_kinds[scores.kind] += 1  # head: head_confidence ran; logits: max_softmax_confidence
         if total == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, ..., 32x
@@ -240,7 +246,7 @@ class DynamicVerifier:
         counts = np.fromiter(map(len, map(verified.get, req_ids, itertools.repeat(()))), np.int64, n)
         accepted = np.fromiter(map(len, sampled), np.int64, n) - 1  # -1: discarded (partial prefill)
         if planned_ids == req_ids and counts.min() > 0 and accepted.min() >= 0:  # the usual step
-            self.calibration.accumulate(predicted, counts, accepted)
+            self.calibration.defer(predicted, counts, accepted)  # applied by the next plan, in its call
         else:  # rows without drafts or discarded, or requests joined, left or moved since the plan
             keep = (counts > 0) & (accepted >= 0)
             if planned_ids == req_ids:
@@ -251,14 +257,15 @@ class DynamicVerifier:
                 keep &= index >= 0
                 rows = predicted[np.where(index >= 0, index, 0)]
             if keep.any():
-                self.calibration.accumulate(rows[keep], counts[keep], accepted[keep])
+                self.calibration.defer(rows[keep], counts[keep], accepted[keep])
         self.stats.overhead_s += time.perf_counter() - start
 
-    def _step_scorer(self, scores: DraftScores) -> Callable[[torch.Tensor], torch.Tensor]:
+    def _step_scorer(self, scores: DraftScores) -> Callable[[torch.Tensor], torch.Tensor] | _CompiledStep:
         """This (B, K, device, kind)'s scores -> survivals ``[B, K]`` into reused buffers (no allocation per step).
 
         DFlash's logits on a CPU engine whose confidence op runs the native kernel take one call for both ops
-        (:class:`~ascend_spec.ops.max_softmax_confidence.cpu.DraftSurvival`); everything else runs the two ops.
+        (:class:`~ascend_spec.ops.max_softmax_confidence.cpu.DraftSurvival`) and, with the compiled host plan,
+        one call for the whole step (:class:`_CompiledStep`); everything else runs the two ops.
         """
         device = scores.values.device
         key = (scores.num_reqs, scores.num_drafts, device, scores.kind)
@@ -271,6 +278,8 @@ class DynamicVerifier:
                 from ascend_spec.ops.max_softmax_confidence.cpu import DraftSurvival
 
                 scorer = DraftSurvival(conf, surv)
+                if host_plan.native_available():
+                    scorer = _CompiledStep(scorer, self.calibration)
             else:
                 b, k, backend = scores.num_reqs, scores.num_drafts, self.backend
 
@@ -311,6 +320,31 @@ class DynamicVerifier:
                 self._graph_keys[(b, total)] = keys
             s.draft_graphs[keys[0]] += 1
             s.target_graphs[keys[1]] += 1
+
+
+class _CompiledStep:
+    """A CPU engine's planned step as one native call: :class:`DraftSurvival` run by a
+    :class:`~ascend_spec.graph.host_plan.StepPlan` that also applies the calibration's deferred bookkeeping,
+    decays its factors and settles the step with the controller's bounds; only a ragged step searches in Python
+    (``BudgetController.search_lengths``). Decides what the separate calls decide (tested against them)."""
+
+    def __init__(self, scorer, calibration: SurvivalCalibration | None) -> None:  # noqa: ANN001
+        self.scorer = scorer
+        self.num_reqs, self.num_drafts = scorer.survival.shape
+        self.plan_call = host_plan.StepPlan(scorer.survival.numpy(), scorer.entry, calibration)
+
+    def plan(self, logits: torch.Tensor, controller: BudgetController) -> tuple[int, list[int]]:
+        b = self.num_reqs
+        self.scorer.prepare(logits)
+        plan_call = self.plan_call
+        decision = plan_call(*controller.lean_bounds(b))
+        if value_checks_enabled(_HOST):  # plan_lengths' host guard, after the call that made the values
+            controller.check_host_survivals(plan_call.predictions, plan_call.factors)
+        if decision == host_plan.FULL:
+            return controller.settle(b, b * self.num_drafts)
+        if decision == host_plan.PLAIN:
+            return controller.settle(b, 0)
+        return controller.search_lengths(plan_call.predictions, plan_call.factors)
 
 
 def trim_draft_token_ids(draft, lengths: list[int] | None):  # noqa: ANN001, ANN201

@@ -7,6 +7,7 @@ import json
 import re
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -165,35 +166,59 @@ def test_one_step_gives_ragged_lengths_with_one_host_copy() -> None:
     assert verifier.stats.ragged_steps == 1 and verifier.stats.totals == {total: 1}
 
 
-def test_cpu_engine_step_scores_in_one_native_call_as_the_two_ops() -> None:
-    """On CPU logits the cpu backend's verifier runs DraftSurvival (one call for confidence and survival); the
-    reference backend's runs the two ops: same lengths, same predictions kept for the calibration, every step."""
+@pytest.mark.parametrize(
+    "target",
+    [{1: 1.0, 8: 1.0, 16: 2.5, 24: 4.0}, {1: 1.0, 12: 1.0, 24: 1.3}],
+    ids=["ragged_and_plain", "full_blocks"],
+)
+def test_cpu_engine_step_plans_in_one_native_call_as_the_two_ops(target: dict[int, float]) -> None:
+    """On CPU logits the cpu backend's verifier plans each step in one native call (DraftSurvival run by the
+    compiled StepPlan, which also applies the calibration's deferred bookkeeping and decays its factors); the
+    reference backend's runs the two ops and the separate host calls: same lengths, same predictions kept for
+    the calibration, same factors, every step, through usual steps, a request leaving and a zero-draft step."""
     from ascend_spec.backend import host_compiler
-    from ascend_spec.ops.max_softmax_confidence.cpu import DraftSurvival
+    from ascend_spec.vllm.dynamic import _CompiledStep
 
     if host_compiler() is None:
         pytest.skip("the cpu backend needs a C++ compiler")
     b, k, v = 6, 3, 64
-    ctl = {
-        name: _controller(k, {1: 1.0, 8: 1.0, 16: 2.5, 24: 4.0}, {4: 0.2, 32: 0.3}, q=k + 1) for name in "ab"
-    }
+    ctl = {name: _controller(k, target, {4: 0.2, 32: 0.3}, q=k + 1) for name in "ab"}
     native = DynamicVerifier(ctl["a"], None, backend="cpu", calibrate=True)
     ops = DynamicVerifier(ctl["b"], None, backend="reference", calibrate=True)
     ids = [f"r{i}" for i in range(b)]
     gen = torch.Generator().manual_seed(4)
-    for step in range(4):
+    rng = np.random.default_rng(4)
+    for step in range(12):
         scale = torch.linspace(0.5, 8.0, b).roll(step).repeat_interleave(k).unsqueeze(1)
         logits = (torch.randn(b * k, v, generator=gen) * scale).bfloat16()
-        assert native.lengths(DraftScores("logits", logits, b, k), ids) == ops.lengths(
-            DraftScores("logits", logits, b, k), ids
-        )
+        if step % 4 == 3:  # every draft certain
+            logits[:, 5] = 100.0
+        lengths = native.lengths(DraftScores("logits", logits, b, k), ids)
+        assert lengths == ops.lengths(DraftScores("logits", logits, b, k), ids)
         np_native, np_ops = native._next_predictions[1], ops._next_predictions[1]
         torch.testing.assert_close(
             torch.from_numpy(np_native), torch.from_numpy(np_ops), rtol=2e-5, atol=1e-9
         )
-    assert [type(s) for s in native._scorers.values()] == [DraftSurvival]
-    assert not any(isinstance(s, DraftSurvival) for s in ops._scorers.values())
-    assert native.reader.copies == ops.reader.copies == 4
+        np.testing.assert_allclose(native.calibration.factors, ops.calibration.factors, rtol=1e-5)
+        # the target verifies the planned drafts and accepts a random prefix of each (step 5: r2 left; step 8:
+        # nothing verified)
+        rows = [i for i in range(b) if step != 5 or i != 2]
+        verified = {ids[i]: [1] * (0 if step == 8 else lengths[i]) for i in rows}
+        sampled = [[1] * (1 + int(rng.integers(0, len(verified[ids[i]]) + 1))) for i in rows]
+        for verifier in (native, ops):
+            verifier.begin_step(verified)
+            verifier.end_step([ids[i] for i in rows], sampled)
+    np.testing.assert_allclose(native.calibration.predicted, ops.calibration.predicted, rtol=1e-5)
+    np.testing.assert_allclose(native.calibration.observed, ops.calibration.observed)
+    assert native.calibration.observed.sum() > 0  # the bookkeeping ran
+    totals = native.stats.totals
+    if 16 in target:  # every kind of decision but full blocks: plain, ragged
+        assert totals[0] and native.stats.ragged_steps
+    else:  # full blocks (settled by the bounds) and searched totals
+        assert totals[b * k] and len(totals) > 1
+    assert [type(s) for s in native._scorers.values()] == [_CompiledStep]
+    assert not any(isinstance(s, _CompiledStep) for s in ops._scorers.values())
+    assert native.reader.copies == ops.reader.copies == 12
 
 
 def test_dspark_head_scores_give_ragged_lengths_through_head_confidence() -> None:

@@ -9,6 +9,8 @@ once.
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
 from ascend_spec.cpu import native
@@ -96,8 +98,21 @@ class DraftSurvival:
         )  # fmt: skip
         self._run = native.bound(KERNEL, Arguments)
 
+    @property
+    def entry(self) -> tuple[int, int]:
+        """(address of the kernel's entry, address of the bound arguments): for a compiled caller that runs the
+        kernel itself after :meth:`prepare` (:class:`~ascend_spec.graph.host_plan.StepPlan`)."""
+        fn = native.entry(KERNEL, Arguments)
+        return ctypes.cast(fn, ctypes.c_void_p).value, ctypes.addressof(self._args)
+
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         """The survivals of this step's draft logits ``[B*K, V]`` (any float dtype and strides)."""
+        self.prepare(logits)
+        self._run(self._args)
+        return self.survival
+
+    def prepare(self, logits: torch.Tensor) -> None:
+        """Check ``logits [B*K, V]`` and bind them to the arguments (the kernel runs on the next call)."""
         code = native.DTYPE_CODES.get(logits.dtype)
         if (
             code is None
@@ -116,5 +131,3 @@ class DraftSurvival:
         a.s0, a.s1 = logits.stride()
         a.dtype = code
         a.threads = torch.get_num_threads()
-        self._run(a)
-        return self.survival
