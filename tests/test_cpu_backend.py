@@ -163,6 +163,35 @@ def test_draft_survival_is_the_two_ops_in_one_call(dtype, b, k, v) -> None:  # n
         torch.testing.assert_close(got, want, rtol=4e-6 * k, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("v", [7, 300, 4096, 9000])  # one chunk, its edge, several chunks of 4096
+def test_draft_tokens_are_torch_argmax_from_the_scoring_pass(dtype, v) -> None:  # noqa: ANN001
+    """DraftSurvival.draft_tokens = torch.argmax per row (first maximum; ties inside and across chunks, the
+    first NaN, all -inf rows), and the same call's survivals equal the scoring call's; strided logits too."""
+    from ascend_spec.ops.max_softmax_confidence.cpu import DraftSurvival
+
+    b, k = 3, 4
+    fused = DraftSurvival(torch.empty(b, k), torch.empty(b, k))
+    gen = torch.Generator().manual_seed(v)
+    x = (torch.randn(b * k, v, generator=gen) * 3).to(dtype)
+    x[1, :] = 0.0  # every entry ties: index 0
+    x[2, v // 3] = x[2, v - 1] = 50.0  # a tie in two places (two chunks when v > 4096)
+    x[3, v - 1] = 60.0  # the maximum in the last chunk
+    x[4, v // 2] = float("nan")
+    x[4, v - 1] = float("nan")  # torch.argmax: the first NaN
+    x[4, 0] = 90.0
+    x[5, :] = float("-inf")  # index 0
+    x[6, :] = float("-inf")
+    x[6, v - 1] = float("inf")
+    wide = torch.cat([x, x], dim=1)[:, ::2]  # column stride 2
+    for logits in (x, x.t().contiguous().t(), wide):
+        tokens = fused.draft_tokens(logits)
+        assert tokens.dtype == torch.int64 and tokens.shape == (b * k,)
+        assert tokens.tolist() == torch.argmax(logits, dim=-1).tolist()
+        survivals = fused.survival.clone()
+        torch.testing.assert_close(fused(logits), survivals, rtol=0, atol=0)
+
+
 def test_draft_survival_zeroes_broken_rows_and_what_follows_them() -> None:
     from ascend_spec.ops.max_softmax_confidence.cpu import DraftSurvival
 

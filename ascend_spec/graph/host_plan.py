@@ -192,6 +192,7 @@ class StepPlan:
         self._slot = 0
         self.predictions = self._ring[0]
         fn, fn_args = scorer if scorer is not None else (0, 0)
+        self._scorer_fn = fn
         self._args = Arguments(
             mode=STEP, survival=survival.ctypes.data, num_rows=b, max_drafts=k, out=self._out.ctypes.data,
             scorer_fn=fn, scorer_args=fn_args,
@@ -215,11 +216,13 @@ class StepPlan:
         """The last call's (smallest calibrated survival, calibrated sum), as :meth:`HostPlan.bounds`."""
         return float(self._out[0]), float(self._out[1])
 
-    def __call__(self, full_above: float, plain_below: float) -> int:
+    def __call__(self, full_above: float, plain_below: float, score: bool = True) -> int:
         """Plan the step (class docstring); :attr:`predictions` then holds its survivals, :attr:`factors` the
-        calibration's factors of this plan."""
+        calibration's factors of this plan. ``score=False``: the survivals are already written (the scorer ran
+        earlier this step, e.g. with the drafter's sampling), the call plans only."""
         a = self._args
         a.full_above, a.plain_below = full_above, plain_below
+        a.scorer_fn = self._scorer_fn if score else 0
         pending = None if self.calibration is None else self.calibration.take_pending()
         if pending is None:
             a.num_pending = 0

@@ -128,6 +128,7 @@ class DynamicStats:
     skipped_steps: int = 0  # plain decodes without a drafter run (the no-draft option)
     plain_engine_steps: int = 0  # of them, run as an engine without a drafter runs them (dynamic_plain_step)
     score_kinds: collections.Counter = field(default_factory=collections.Counter)  # steps per score kind
+    fused_draft_tokens: int = 0  # drafter runs whose greedy tokens came from the pass that scored them
     last_lengths: list[int] = field(default_factory=list)
     calibration: SurvivalCalibration | None = None  # its factors per draft position are reported
 
@@ -148,6 +149,7 @@ class DynamicStats:
             "skipped_steps": self.skipped_steps,
             "plain_engine_steps": self.plain_engine_steps,
             "score_kinds": dict(sorted(self.score_kinds.items())),
+            "fused_draft_tokens": self.fused_draft_tokens,
             "calibration": (
                 None if self.calibration is None else [round(float(f), 4) for f in self.calibration.factors]
             ),
@@ -260,6 +262,18 @@ class DynamicVerifier:
                 self.calibration.defer(rows[keep], counts[keep], accepted[keep])
         self.stats.overhead_s += time.perf_counter() - start
 
+    def greedy_draft_tokens(
+        self, logits: torch.Tensor, num_reqs: int, num_drafts: int
+    ) -> torch.Tensor | None:
+        """A greedy DFlash drafter's tokens ``[B*K]`` (``argmax`` of its ``[B*K, V]`` draft logits) from the pass
+        that also scores them, where this step's scorer is the CPU engine's compiled one; None elsewhere (the
+        drafter takes its own argmax and :meth:`lengths` scores the logits)."""
+        step = self._step_scorer(DraftScores("logits", logits, num_reqs, num_drafts))
+        if not isinstance(step, _CompiledStep):
+            return None
+        self.stats.fused_draft_tokens += 1
+        return step.draft_tokens(logits)
+
     def _step_scorer(self, scores: DraftScores) -> Callable[[torch.Tensor], torch.Tensor] | _CompiledStep:
         """This (B, K, device, kind)'s scores -> survivals ``[B, K]`` into reused buffers (no allocation per step).
 
@@ -332,12 +346,21 @@ class _CompiledStep:
         self.scorer = scorer
         self.num_reqs, self.num_drafts = scorer.survival.shape
         self.plan_call = host_plan.StepPlan(scorer.survival.numpy(), scorer.entry, calibration)
+        self._scored: torch.Tensor | None = None  # logits whose survivals draft_tokens() already wrote
+
+    def draft_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+        """The greedy draft tokens and this step's survivals in one pass (:meth:`plan` then only plans)."""
+        tokens = self.scorer.draft_tokens(logits)
+        self._scored = logits
+        return tokens
 
     def plan(self, logits: torch.Tensor, controller: BudgetController) -> tuple[int, list[int]]:
         b = self.num_reqs
-        self.scorer.prepare(logits)
+        scored, self._scored = self._scored is logits, None
+        if not scored:
+            self.scorer.prepare(logits)
         plan_call = self.plan_call
-        decision = plan_call(*controller.lean_bounds(b))
+        decision = plan_call(*controller.lean_bounds(b), not scored)
         if value_checks_enabled(_HOST):  # plan_lengths' host guard, after the call that made the values
             controller.check_host_survivals(plan_call.predictions, plan_call.factors)
         if decision == host_plan.FULL:

@@ -233,6 +233,10 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         calibrate=settings.dynamic.calibrate,
     )
     verifier.profiles = profiles
+    if (
+        getattr(drafter, "draft_score_kind", None) == "logits"
+    ):  # DFlash: greedy drafts from the pass that scores them
+        drafter.greedy_draft_sampler = verifier.greedy_draft_tokens
     if settings.dynamic.measure_steps:
         verifier.step_costs = MeasuredStepCosts(
             controller, statistic=settings.dynamic.statistic, every=settings.dynamic.measure_every

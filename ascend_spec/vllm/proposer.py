@@ -42,6 +42,9 @@ class AscendSpecDFlashProposer(DFlashProposer):
         self.ascend_spec = settings if settings is not None and settings.block_slots else None
         self.keep_draft_scores = settings is not None and settings.dynamic.enabled
         self._draft_scores: DraftScores | None = None
+        # (logits, B, K) -> greedy draft tokens or None: dynamic verification's one pass over the draft logits
+        # for the tokens and their confidences (set by the engine's verifier; DynamicVerifier.greedy_draft_tokens)
+        self.greedy_draft_sampler = None
         if (
             self.keep_draft_scores
             and self.draft_score_kind == "logits"
@@ -63,7 +66,15 @@ class AscendSpecDFlashProposer(DFlashProposer):
         # One logits computation serves both the drafts and their confidences.
         logits = self.model.compute_logits(hidden_states)
         k = self.num_speculative_tokens
-        self._draft_scores = DraftScores("logits", logits, logits.shape[0] // k, k)
+        b = logits.shape[0] // k
+        self._draft_scores = DraftScores("logits", logits, b, k)
+        sampler = self.greedy_draft_sampler
+        if sampler is not None and (
+            not self._enable_probabilistic_draft_probs or sampling_metadata.all_greedy
+        ):
+            tokens = sampler(logits, b, k)  # what _sample_from_logits returns here: argmax, no probabilities
+            if tokens is not None:
+                return tokens, None
         return self._sample_from_logits(logits, sampling_metadata)
 
     def set_inputs_first_pass(

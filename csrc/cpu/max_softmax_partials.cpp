@@ -5,7 +5,9 @@
 // (-inf, 0), as the reference. With ``survival`` set (dynamic verification's CPU step), the same call also writes
 // the survivals of the finalized confidences: rows are B requests x K drafts, request-major, and survival[b, i] is
 // the cumulative product of confidence[b, 0..i], accumulated in double and rounded per entry, as torch.cumprod on
-// fp32 CPU tensors does (survival_probs).
+// fp32 CPU tensors does (survival_probs). With ``argmax`` set, the same pass over each row also writes the index of
+// its largest logit, as torch.argmax picks it (the first maximum; the first NaN of a row with NaN; 0 for an all
+// -inf row): a greedy drafter's draft tokens and their confidences from one read of the draft logits.
 #include <limits>
 
 #include "cpu_common.h"
@@ -18,6 +20,7 @@ struct MaxSoftmaxArgs {
   int64_t logits, row_max, row_sumexp, confidence;  // confidence: 0, or [N] fp32 for the finalized top probability
   int64_t survival, block;  // survival: 0, or [N] fp32 (needs confidence); block: K, the rows of one request
   int64_t num_rows, vocab, s0, s1, dtype, threads;
+  int64_t argmax;  // 0, or [N] int64: the index of each row's maximum (torch.argmax's choice)
   double inv_temperature;
 };
 
@@ -39,6 +42,7 @@ void one_row(const MaxSoftmaxArgs& a, int64_t row, float* buf) {
   const float inv_t = static_cast<float>(a.inv_temperature);
   float m = -std::numeric_limits<float>::infinity();
   bool nan = false;
+  int64_t at = 0, first_nan = 0;  // argmax: the first maximum so far, the first NaN
   const bool whole = a.vocab <= kChunk;  // a row that fits the buffer is read once for both passes
   for (int64_t c0 = 0; c0 < a.vocab; c0 += kChunk) {
     const int64_t nc = std::min(kChunk, a.vocab - c0);
@@ -50,9 +54,28 @@ void one_row(const MaxSoftmaxArgs& a, int64_t row, float* buf) {
       cm = buf[i] > cm ? buf[i] : cm;
       bad |= buf[i] != buf[i];
     }
+    if (a.argmax != 0) {
+      if (bad && !nan) {  // the row's first NaN
+        for (int64_t i = 0; i < nc; ++i) {
+          if (buf[i] != buf[i]) {
+            first_nan = c0 + i;
+            break;
+          }
+        }
+      }
+      if (cm > m) {  // a strictly larger maximum in this chunk: its first position
+        for (int64_t i = 0; i < nc; ++i) {
+          if (buf[i] == cm) {
+            at = c0 + i;
+            break;
+          }
+        }
+      }
+    }
     nan = nan || bad;
     m = cm;
   }
+  if (a.argmax != 0) reinterpret_cast<int64_t*>(a.argmax)[row] = nan ? first_nan : at;
   if (nan) {
     store(a, row, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::quiet_NaN());
     return;

@@ -25,6 +25,7 @@ from engine_helpers import (
     speculative,
 )
 
+from ascend_spec.backend import host_compiler
 from ascend_spec.e2e.tiny_models import (
     CONSTANT_CONFIDENCE_LOGIT,
     CONSTANT_TOKEN,
@@ -96,6 +97,10 @@ def _check_score_kind(stats: dict, method: str) -> None:
     """Every planned step scored its drafts one way: DSpark with head_confidence on its confidence head, DFlash
     with max_softmax_confidence on its draft logits."""
     assert stats["score_kinds"] == {SCORE_KIND[method]: stats["steps"]}
+    if method == "dflash" and host_compiler() is not None:  # greedy DFlash drafts from the scoring pass
+        assert stats["fused_draft_tokens"] == stats["steps"]
+    else:
+        assert stats["fused_draft_tokens"] == 0
 
 
 @pytest.mark.parametrize("method", ["dflash", "dspark"])

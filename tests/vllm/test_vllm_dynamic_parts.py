@@ -173,7 +173,8 @@ def test_one_step_gives_ragged_lengths_with_one_host_copy() -> None:
 )
 def test_cpu_engine_step_plans_in_one_native_call_as_the_two_ops(target: dict[int, float]) -> None:
     """On CPU logits the cpu backend's verifier plans each step in one native call (DraftSurvival run by the
-    compiled StepPlan, which also applies the calibration's deferred bookkeeping and decays its factors); the
+    compiled StepPlan, which also applies the calibration's deferred bookkeeping and decays its factors; or,
+    after the drafter's greedy tokens came from the scoring pass, the plan alone); the
     reference backend's runs the two ops and the separate host calls: same lengths, same predictions kept for
     the calibration, same factors, every step, through usual steps, a request leaving and a zero-draft step."""
     from ascend_spec.backend import host_compiler
@@ -193,6 +194,9 @@ def test_cpu_engine_step_plans_in_one_native_call_as_the_two_ops(target: dict[in
         logits = (torch.randn(b * k, v, generator=gen) * scale).bfloat16()
         if step % 4 == 3:  # every draft certain
             logits[:, 5] = 100.0
+        if step % 2:  # the drafter's greedy tokens from the scoring pass, then the plan without rescoring
+            assert native.greedy_draft_tokens(logits, b, k).tolist() == logits.argmax(dim=-1).tolist()
+            assert ops.greedy_draft_tokens(logits, b, k) is None  # no compiled step: the drafter's own argmax
         lengths = native.lengths(DraftScores("logits", logits, b, k), ids)
         assert lengths == ops.lengths(DraftScores("logits", logits, b, k), ids)
         np_native, np_ops = native._next_predictions[1], ops._next_predictions[1]
@@ -219,6 +223,7 @@ def test_cpu_engine_step_plans_in_one_native_call_as_the_two_ops(target: dict[in
     assert [type(s) for s in native._scorers.values()] == [_CompiledStep]
     assert not any(isinstance(s, _CompiledStep) for s in ops._scorers.values())
     assert native.reader.copies == ops.reader.copies == 12
+    assert native.stats.fused_draft_tokens == 6 and ops.stats.fused_draft_tokens == 0
 
 
 def test_dspark_head_scores_give_ragged_lengths_through_head_confidence() -> None:

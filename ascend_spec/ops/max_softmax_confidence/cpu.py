@@ -32,6 +32,7 @@ Arguments = native.arguments_struct(
         "s1",
         "dtype",
         "threads",
+        "argmax",
     ),
     floats=("inv_temperature",),
 )
@@ -64,7 +65,7 @@ def _run(
         KERNEL,
         Arguments(
             logits.data_ptr(), ptr(row_max), ptr(row_sum), ptr(confidence), 0, 1, n, v, logits.stride(0),
-            logits.stride(1), native.DTYPE_CODES[logits.dtype], torch.get_num_threads(), 1.0 / temperature,
+            logits.stride(1), native.DTYPE_CODES[logits.dtype], torch.get_num_threads(), 0, 1.0 / temperature,
         ),
     )  # fmt: skip
 
@@ -94,7 +95,7 @@ class DraftSurvival:
         self.confidence, self.survival = confidence, survival
         self.num_rows = b * k
         self._args = Arguments(
-            0, 0, 0, confidence.data_ptr(), survival.data_ptr(), k, self.num_rows, 0, 0, 0, 0, 1, 1.0
+            0, 0, 0, confidence.data_ptr(), survival.data_ptr(), k, self.num_rows, 0, 0, 0, 0, 1, 0, 1.0
         )  # fmt: skip
         self._run = native.bound(KERNEL, Arguments)
 
@@ -111,8 +112,17 @@ class DraftSurvival:
         self._run(self._args)
         return self.survival
 
-    def prepare(self, logits: torch.Tensor) -> None:
-        """Check ``logits [B*K, V]`` and bind them to the arguments (the kernel runs on the next call)."""
+    def draft_tokens(self, logits: torch.Tensor) -> torch.Tensor:
+        """A greedy drafter's tokens ``[B*K]`` (int64, ``torch.argmax`` of each row, ties and NaN alike) from
+        the same pass that writes the survivals: the draft logits are read once for both."""
+        tokens = torch.empty(self.num_rows, dtype=torch.int64)
+        self.prepare(logits, tokens)
+        self._run(self._args)
+        return tokens
+
+    def prepare(self, logits: torch.Tensor, argmax: torch.Tensor | None = None) -> None:
+        """Check ``logits [B*K, V]`` and bind them (and an int64 [B*K] ``argmax`` output, or none) to the
+        arguments (the kernel runs on the next call)."""
         code = native.DTYPE_CODES.get(logits.dtype)
         if (
             code is None
@@ -131,3 +141,4 @@ class DraftSurvival:
         a.s0, a.s1 = logits.stride()
         a.dtype = code
         a.threads = torch.get_num_threads()
+        a.argmax = 0 if argmax is None else argmax.data_ptr()
