@@ -245,9 +245,14 @@ class DynamicVerifier:
         start = time.perf_counter()
         planned_ids, predicted = step
         n = len(req_ids)
-        counts = np.fromiter(map(len, map(verified.get, req_ids, itertools.repeat(()))), np.int64, n)
-        accepted = np.fromiter(map(len, sampled), np.int64, n) - 1  # -1: discarded (partial prefill)
-        if planned_ids == req_ids and counts.min() > 0 and accepted.min() >= 0:  # the usual step
+        if not n:
+            return
+        verified_counts = list(map(len, map(verified.get, req_ids, itertools.repeat(()))))
+        sampled_counts = list(map(len, sampled))  # accepted + 1; 0: discarded (partial prefill)
+        counts = np.array(verified_counts, np.int64)
+        accepted = np.array(sampled_counts, np.int64)
+        accepted -= 1
+        if planned_ids == req_ids and min(verified_counts) > 0 and min(sampled_counts) > 0:  # the usual step
             self.calibration.defer(predicted, counts, accepted)  # applied by the next plan, in its call
         else:  # rows without drafts or discarded, or requests joined, left or moved since the plan
             keep = (counts > 0) & (accepted >= 0)
