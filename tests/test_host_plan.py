@@ -204,3 +204,19 @@ def test_step_plan_refuses_bad_buffers_and_reports_a_failing_scorer() -> None:
     plan = StepPlan(np.zeros((2, 3), np.float32), (fn, ctypes.addressof(bad._args)))
     with pytest.raises(RuntimeError, match="status 18"):  # 16 + the scorer's status 2
         plan(np.inf, 0.0)
+
+
+def test_step_plan_applies_bookkeeping_of_another_layout_through_the_calibration() -> None:
+    """Deferred rows the compiled call does not take (float64, column-major) still land before the decay."""
+    k = 3
+    rows = np.asfortranarray(np.cumprod(np.full((4, k), 0.8), axis=1))  # float64, not C-contiguous
+    verified = np.array([3, 2, 1, 3], np.int64)
+    accepted = np.array([1, 2, 0, 3], np.int64)
+    stepped, plain = SurvivalCalibration(k), SurvivalCalibration(k)
+    stepped.defer(rows, verified, accepted)
+    plain.accumulate(rows, verified, accepted)
+    plan = StepPlan(np.full((2, k), 0.5, np.float32), None, stepped)
+    plan(np.inf, 0.0)
+    np.testing.assert_allclose(plan.factors, plain.next_factors(), rtol=1e-12)
+    np.testing.assert_allclose(stepped.predicted, plain.predicted, rtol=1e-12)
+    np.testing.assert_array_equal(stepped.observed, plain.observed)

@@ -234,8 +234,8 @@ class StepPlan:
                 or verified.dtype != np.int64
                 or accepted.dtype != np.int64
                 or not (verified.flags.c_contiguous and accepted.flags.c_contiguous)
-            ):
-                numpy_accumulate(rows, verified, accepted, *self.calibration.sums()[:2])
+            ):  # a layout the call does not take: the calibration's own bookkeeping, before the decay
+                self.calibration.accumulate(rows, verified, accepted)
                 a.num_pending = 0
             else:
                 a.pending_rows, a.num_pending = rows.ctypes.data, rows.shape[0]

@@ -204,7 +204,7 @@ class DynamicVerifier:
         """
         start = time.perf_counter()
         copies_before = self.reader.copies
-        step = self._step_scorer(scores)
+        step = self._step_scorer(scores.kind, scores.values, scores.num_reqs, scores.num_drafts)
         if isinstance(step, _CompiledStep):  # a CPU engine: scores to decision in one native call
             self.reader.copies += 1  # the survivals are already host memory: counted, nothing copied
             total, lengths = step.plan(scores.values, self.controller)
@@ -273,37 +273,39 @@ class DynamicVerifier:
         """A greedy DFlash drafter's tokens ``[B*K]`` (``argmax`` of its ``[B*K, V]`` draft logits) from the pass
         that also scores them, where this step's scorer is the CPU engine's compiled one; None elsewhere (the
         drafter takes its own argmax and :meth:`lengths` scores the logits)."""
-        step = self._step_scorer(DraftScores("logits", logits, num_reqs, num_drafts))
+        step = self._step_scorer("logits", logits, num_reqs, num_drafts)
         if not isinstance(step, _CompiledStep):
             return None
         self.stats.fused_draft_tokens += 1
         return step.draft_tokens(logits)
 
-    def _step_scorer(self, scores: DraftScores) -> Callable[[torch.Tensor], torch.Tensor] | _CompiledStep:
+    def _step_scorer(
+        self, kind: str, values: torch.Tensor, num_reqs: int, num_drafts: int
+    ) -> Callable[[torch.Tensor], torch.Tensor] | _CompiledStep:
         """This (B, K, device, kind)'s scores -> survivals ``[B, K]`` into reused buffers (no allocation per step).
 
         DFlash's logits on a CPU engine whose confidence op runs the native kernel take one call for both ops
         (:class:`~ascend_spec.ops.max_softmax_confidence.cpu.DraftSurvival`) and, with the compiled host plan,
         one call for the whole step (:class:`_CompiledStep`); everything else runs the two ops.
         """
-        device = scores.values.device
-        key = (scores.num_reqs, scores.num_drafts, device, scores.kind)
+        device = values.device
+        key = (num_reqs, num_drafts, device, kind)
         scorer = self._scorers.get(key)
         if scorer is None:
-            shape = (scores.num_reqs, scores.num_drafts)
+            shape = (num_reqs, num_drafts)
             conf = torch.empty(shape, dtype=torch.float32, device=device)
             surv = torch.empty(shape, dtype=torch.float32, device=device)
-            if scores.kind == "logits" and resolve_backend(self.backend, device, op=CONFIDENCE_OP) == "cpu":
+            if kind == "logits" and resolve_backend(self.backend, device, op=CONFIDENCE_OP) == "cpu":
                 from ascend_spec.ops.max_softmax_confidence.cpu import DraftSurvival
 
                 scorer = DraftSurvival(conf, surv)
                 if host_plan.native_available():
                     scorer = _CompiledStep(scorer, self.calibration)
             else:
-                b, k, backend = scores.num_reqs, scores.num_drafts, self.backend
+                backend = self.backend
 
-                def scorer(values: torch.Tensor) -> torch.Tensor:
-                    confidence(DraftScores(scores.kind, values, b, k), backend, out=conf)
+                def scorer(step_values: torch.Tensor) -> torch.Tensor:
+                    confidence(DraftScores(kind, step_values, num_reqs, num_drafts), backend, out=conf)
                     return survival_probs(conf, out=surv)
 
             self._scorers[key] = scorer

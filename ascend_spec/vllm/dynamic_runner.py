@@ -233,9 +233,8 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         calibrate=settings.dynamic.calibrate,
     )
     verifier.profiles = profiles
-    if (
-        getattr(drafter, "draft_score_kind", None) == "logits"
-    ):  # DFlash: greedy drafts from the pass that scores them
+    # DFlash: greedy drafts from the pass that scores them (DSpark scores its confidence head instead)
+    if getattr(drafter, "draft_score_kind", None) == "logits":
         drafter.greedy_draft_sampler = verifier.greedy_draft_tokens
     if settings.dynamic.measure_steps:
         verifier.step_costs = MeasuredStepCosts(
