@@ -84,7 +84,7 @@ def _fails(argv: list[str], capsys: pytest.CaptureFixture[str], *fragments: str)
     captured = capsys.readouterr()
     lines = captured.err.splitlines()
     assert len(lines) == 1, captured.err  # no usage block, no traceback, no bench progress line
-    command = argv[0] if argv and argv[0] in ("bench", "plan") else None
+    command = argv[0] if argv and argv[0] in ("bench", "plan", "e2e") else None
     prefix = f"ascend-spec {command}: error: " if command else "ascend-spec: error: "
     assert lines[0].startswith(prefix), lines[0]
     for fragment in fragments:
@@ -113,6 +113,7 @@ def _fails(argv: list[str], capsys: pytest.CaptureFixture[str], *fragments: str)
         (["plan", "--max-drafts", "0"], ["--max-drafts", ">= 1; got 0"]),
         (["plan", "--max-drafts", "12"], ["max_drafts must be in [1, 9]"]),
         (["plan", "--profile", "no_such_profile"], ["neither a file nor a shipped config"]),
+        (["e2e", "--sweep", "--pin-cpu", "9999"], ["--pin-cpu", "got '9999'"]),
         ([], ["required: command"]),
         (["bogus"], ["invalid choice: 'bogus'"]),
     ],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,6 +13,7 @@ from ascend_spec.e2e.sweep import (
     SweepRow,
     format_summary,
     format_sweep,
+    pinned_cpus,
     plot_sweep,
     replica_order,
     summarize_sweep,
@@ -116,3 +119,25 @@ def test_replicas_are_started_so_no_config_sits_later_on_average(n: int, replica
     mean = [sum(p for p, i in enumerate(order) if i == c) / replicas for c in range(n)]
     if replicas % 2 == 0:
         assert len(set(mean)) == 1  # every config at the same mean position
+
+
+def test_pin_cpu_auto_takes_the_last_allowed_cpu_when_there_are_two_or_more(monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3, 5})
+    assert pinned_cpus("auto") == [5]
+    assert pinned_cpus("AUTO ") == [5]
+    assert pinned_cpus("none") is None
+    assert pinned_cpus("3") == [3]
+    assert pinned_cpus(0) == [0]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2})
+    assert pinned_cpus("auto") is None  # one CPU: the engines would share it with the orchestrator
+
+
+@pytest.mark.parametrize("value", ["4", "-1", "first", ""])
+def test_pin_cpu_outside_the_allowed_set_is_refused_with_the_value(monkeypatch, value: str) -> None:  # noqa: ANN001
+    from ascend_spec.cli_args import CommandError
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    with pytest.raises(
+        CommandError, match=rf"--pin-cpu must be 'auto', 'none' or one of .*\[0, 1\]; got {value!r}"
+    ):
+        pinned_cpus(value)

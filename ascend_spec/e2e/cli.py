@@ -114,6 +114,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--threads", type=int, default=1, help="with --sweep: OMP_NUM_THREADS of each engine (0: inherit)"
     )
     p.add_argument(
+        "--pin-cpu",
+        default="auto",
+        help="with --sweep: the logical CPU every engine process is pinned to (they run one at a time); 'auto' "
+        "(default): the last CPU this process may use when it may use two or more, else none; 'none': not pinned",
+    )
+    p.add_argument(
         "--plot", type=Path, default=None, metavar="PNG", help="with --sweep: tokens/s vs batch size"
     )
     p.set_defaults(func=run)
@@ -124,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--num-spec must be >= 1; got {args.num_spec}")
     if args.prompts < 1 or args.max_tokens < 1:
         raise CommandError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
+    if args.sweep:
+        from ascend_spec.e2e.sweep import pinned_cpus
+
+        pinned_cpus(args.pin_cpu)  # a bad --pin-cpu fails before any model is written
     if args.target is None:
         root = args.models_dir or Path(tempfile.gettempdir()) / "ascend_spec_e2e_models"
         constant = getattr(args, "constant", False)

@@ -82,6 +82,9 @@ class EngineRun:
     gdn_slots_per_request: int | None = None
     kv_cache_layout: list = field(default_factory=list)
     dynamic: dict | None = None  # dynamic verification's counters (ascend_spec.vllm.dynamic.DynamicStats)
+    cpus: list[int] = field(
+        default_factory=list
+    )  # the logical CPUs the engine process could run on (timed runs)
     error: str | None = None
 
     @property

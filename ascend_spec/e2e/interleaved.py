@@ -12,6 +12,10 @@ first timed round, read at the end, as in ``run_isolated``.
 Protocol with a child (``python -m ascend_spec.e2e.interleaved REQUEST RESULT``): it answers on a pipe of its
 own (vLLM logs to stdout) one line per command read from stdin: ``ready`` after start-up and warm-up, the
 wall and CPU seconds of one timed ``generate`` per ``run``, and ``done`` after writing the result file on ``stop``.
+
+``cpus`` pins every child to the same logical CPUs (``os.sched_setaffinity`` before torch starts a thread): only
+one engine runs at a time, so nothing waits for it, and every row then runs on the same core and its caches
+instead of wherever the scheduler put each process (on a 2-vCPU VM the two vCPUs differ from run to run).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import time
 from pathlib import Path
 
 from ascend_spec.e2e.engine import EngineRun, EngineSpec
+
+CPUS_ENV = "ASCEND_SPEC_E2E_CPUS"  # the child pins itself to these CPUs before it imports torch
 
 
 class _Child:
@@ -95,11 +101,18 @@ def run_interleaved(
     rounds: int,
     work_dir: Path | None = None,
     env: dict[str, str] | None = None,
+    cpus: list[int] | None = None,
 ) -> list[EngineRun]:
     """Each spec's :class:`EngineRun`, its ``seconds`` (``cpu_seconds``) the best wall (CPU) time of ``rounds``
-    interleaved timed runs."""
+    interleaved timed runs; ``cpus``: the logical CPUs every engine process is pinned to (None: not pinned)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1; got {rounds}")
+    if cpus is not None:
+        allowed = os.sched_getaffinity(0)
+        if not cpus or any(c not in allowed for c in cpus):
+            raise ValueError(
+                f"cpus must be a non-empty subset of this process's CPUs {sorted(allowed)}; got {cpus}"
+            )
     work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_"))
     (work / "tmp").mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ)
@@ -107,6 +120,8 @@ def run_interleaved(
     child_env["TMPDIR"] = str(work / "tmp")
     child_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     child_env.update(env or {})
+    if cpus is not None:
+        child_env[CPUS_ENV] = ",".join(map(str, cpus))
     request = {"prompts": prompts, "max_tokens": max_tokens}
     children: list[_Child] = []
     try:
@@ -140,6 +155,8 @@ def run_interleaved(
 
 def _serve(request_path: str, result_path: str) -> None:
     """The child: start the engine, then time one ``generate`` per ``run`` until ``stop``."""
+    if os.environ.get(CPUS_ENV):
+        os.sched_setaffinity(0, [int(c) for c in os.environ[CPUS_ENV].split(",")])
     from ascend_spec.e2e.engine import (
         EngineRun,
         _metric_values,
@@ -184,6 +201,7 @@ def _serve(request_path: str, result_path: str) -> None:
             say(f"{seconds:.9f} {cpu_seconds:.9f}")
         if before is not None:
             collect_counters(llm, run, before, after)
+        run.cpus = sorted(os.sched_getaffinity(0))
     except Exception as exc:  # reported in the result, as run_engine does
         run.error = engine_error(exc)
     finally:

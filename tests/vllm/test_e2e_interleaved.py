@@ -3,6 +3,8 @@ its own, every round timed, and an engine that fails to start reported without s
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from engine_helpers import LENGTHS, PROMPTS, run, speculative
 
@@ -21,8 +23,15 @@ def test_interleaved_engines_give_the_tokens_and_counters_of_isolated_runs(engin
     plain = EngineSpec(target=models.target)
     drafted = EngineSpec(target=models.target, speculative=spec, plugin={})
     broken = EngineSpec(target=engine_dir / "no_such_model")
+    pinned = [max(os.sched_getaffinity(0))]
     runs = run_interleaved(
-        [plain, broken, drafted], PROMPTS, max_tokens=LENGTHS, rounds=3, work_dir=engine_dir, env=ENV
+        [plain, broken, drafted],
+        PROMPTS,
+        max_tokens=LENGTHS,
+        rounds=3,
+        work_dir=engine_dir,
+        env=ENV,
+        cpus=pinned,
     )
     assert runs[1].error is not None and "no_such_model" in runs[1].error
     for r in (runs[0], runs[2]):
@@ -37,6 +46,15 @@ def test_interleaved_engines_give_the_tokens_and_counters_of_isolated_runs(engin
         alone.num_accepted,
     )
     assert runs[0].num_drafts == 0
+    assert runs[0].cpus == runs[2].cpus == pinned  # every engine process ran on the CPU it was pinned to
+
+
+def test_pinned_cpus_must_be_this_process_s() -> None:
+    outside = max(os.sched_getaffinity(0)) + 1
+    with pytest.raises(ValueError, match=rf"cpus must be a non-empty subset .*; got \[{outside}\]"):
+        run_interleaved([], [[1]], max_tokens=[1], rounds=1, cpus=[outside])
+    with pytest.raises(ValueError, match=r"cpus must be a non-empty subset .*; got \[\]"):
+        run_interleaved([], [[1]], max_tokens=[1], rounds=1, cpus=[])
 
 
 def test_rounds_must_be_positive() -> None:
