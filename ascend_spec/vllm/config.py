@@ -15,7 +15,7 @@ from ascend_spec.vllm.ascend.settings import VllmAscendSettings, parse_vllm_asce
 
 CONFIG_KEY = "ascend_spec"
 BACKENDS = ("auto", "reference", "triton", "ascendc", "cpu")
-DYNAMIC_MODES = ("sync", "off")
+DYNAMIC_MODES = ("sync", "async", "off")
 PROFILE_STATISTICS = ("min", "median")
 
 
@@ -28,7 +28,10 @@ class DynamicConfig:
     """Dynamic verification (``additional_config["ascend_spec"]["dynamic"]``, docs/vllm.md).
 
     * ``mode``: ``sync`` (after each drafter run: confidence -> survival -> controller -> per-request draft
-      lengths, one device-to-host copy per step) or ``off`` (every request verifies all K drafts).
+      lengths, one device-to-host copy per step), ``async`` (with vLLM's async scheduling: the survivals staged
+      without a wait in the step, planned where V1 hands the output over, the lengths handed to the scheduler
+      with it and applied one step later: :mod:`ascend_spec.vllm.dynamic_async`) or ``off`` (every request
+      verifies all K drafts).
     * ``profile``: ``"measure"`` (time the target and the drafter at engine start, cached as JSON under
       ``VLLM_CACHE_ROOT``) or the path of a profile file (read when it exists, else measured and written there).
     * ``max_startup_s``: bound on the seconds measuring may add to engine start (exceeded: a clear error).

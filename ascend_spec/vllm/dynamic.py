@@ -108,6 +108,62 @@ class HostReader:
         return out
 
 
+@dataclass(frozen=True)
+class StagedSurvivals:
+    """One step's ``[B, K]`` survivals in a host slot, ``event`` marking the copy's end (None: already there)."""
+
+    req_ids: list[str]
+    host: torch.Tensor
+    event: Any
+    kind: str
+
+    def wait(self) -> np.ndarray:
+        """The survivals as a NumPy view of the slot, once the copy has landed (a wait off the step)."""
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host.numpy()
+
+
+class SurvivalStager:
+    """Async mode's one device-to-host transfer per step, without a wait in the step: the survivals are copied
+    into a ring of (pinned, on devices) host slots on the device's current stream, non-blocking, with an event.
+
+    The copy runs in stream order right after the scoring kernels, so the scorer's reused buffer is read before
+    the next step overwrites it; the host waits for the event only where it plans (V1's output hand-over, after
+    V1's own copy of the sampled tokens that the same stream precedes). ``slots`` must exceed the steps a host
+    can run ahead of its planning: V1's async engine core keeps two batches in flight, so four is spare.
+    """
+
+    def __init__(self, slots: int = 4) -> None:
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 2:
+            raise ValueError(f"slots must be an int >= 2; got {slots!r}")
+        self._ring: list[torch.Tensor | None] = [None] * slots
+        self._next = 0
+        self.copies = 0
+
+    def stage(self, survival: torch.Tensor, req_ids: list[str], kind: str) -> StagedSurvivals:
+        if len(req_ids) != survival.shape[0]:
+            raise RuntimeError(
+                f"survivals are for {survival.shape[0]} requests, the step has {len(req_ids)} request ids"
+            )
+        i = self._next % len(self._ring)
+        self._next += 1
+        self.copies += 1
+        device = survival.device
+        slot = self._ring[i]
+        if slot is None or slot.shape != survival.shape:
+            slot = torch.empty(survival.shape, dtype=torch.float32, pin_memory=device.type != "cpu")
+            self._ring[i] = slot
+        if device.type == "cpu":
+            slot.copy_(survival)
+            return StagedSurvivals(list(req_ids), slot, None, kind)
+        slot.copy_(survival, non_blocking=True)
+        mod = torch.cuda if device.type == "cuda" else torch.npu  # type: ignore[attr-defined]
+        event = mod.Event()
+        event.record(mod.current_stream(device))
+        return StagedSurvivals(list(req_ids), slot, event, kind)
+
+
 @dataclass
 class DynamicStats:
     """Per-engine counters of dynamic verification (read by ``ascend-spec e2e`` and the tests)."""
@@ -126,6 +182,7 @@ class DynamicStats:
     target_graphs: collections.Counter = field(default_factory=collections.Counter)
     ragged_steps: int = 0  # steps whose requests verify different numbers of drafts
     skipped_steps: int = 0  # plain decodes without a drafter run (the no-draft option)
+    staged_copies: int = 0  # async mode: survivals copied without a wait in the step, planned off it
     plain_engine_steps: int = 0  # of them, run as an engine without a drafter runs them (dynamic_plain_step)
     score_kinds: collections.Counter = field(default_factory=collections.Counter)  # steps per score kind
     fused_draft_tokens: int = 0  # drafter runs whose greedy tokens came from the pass that scored them
@@ -147,6 +204,7 @@ class DynamicStats:
             "target_graphs": {str(k): v for k, v in self.target_graphs.items()},
             "ragged_steps": self.ragged_steps,
             "skipped_steps": self.skipped_steps,
+            "staged_copies": self.staged_copies,
             "plain_engine_steps": self.plain_engine_steps,
             "score_kinds": dict(sorted(self.score_kinds.items())),
             "fused_draft_tokens": self.fused_draft_tokens,
@@ -172,6 +230,7 @@ class DynamicVerifier:
         self.backend = backend
         self.probe_interval = probe_interval
         self.reader = HostReader()
+        self.stager = SurvivalStager()  # async mode's copy
         self.stats = DynamicStats()
         self._skips_left = 0
         self._plain_probes = 0  # consecutive probes that planned plain decoding
@@ -218,12 +277,7 @@ class DynamicVerifier:
             self._next_predictions = (list(req_ids), host)
         self._record(lengths, total, time.perf_counter() - start, self.reader.copies - copies_before)
         self.stats.score_kinds[scores.kind] += 1  # head: head_confidence ran; logits: max_softmax_confidence
-        if total == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, ..., 32x
-            self._plain_probes += 1
-            interval = self.probe_interval * 2 ** min(self._plain_probes - 1, MAX_BACKOFF_DOUBLINGS)
-            self._skips_left = interval - 1
-        else:
-            self._plain_probes = 0
+        self._back_off(total)
         return lengths
 
     def begin_step(self, verified: dict[str, list[int]]) -> None:
@@ -233,13 +287,24 @@ class DynamicVerifier:
         self._step_verified = verified
 
     def end_step(self, req_ids: list[str], sampled: list[list[int]]) -> None:
-        """The step's host output (V1's own copy): request b accepted ``len(sampled[b]) - 1`` drafts.
+        """The step's host output (V1's own copy): request b accepted ``len(sampled[b]) - 1`` drafts."""
+        step, verified = self._step_predictions, self._step_verified
+        self._step_predictions, self._step_verified = None, {}
+        self.observe_step(step, verified, req_ids, sampled)
+
+    def observe_step(
+        self,
+        step: tuple[list[str], np.ndarray] | None,
+        verified: dict[str, list[int]],
+        req_ids: list[str],
+        sampled: list[list[int]],
+    ) -> None:
+        """Calibration bookkeeping of one verify step: ``step`` = (planned request ids, their raw survivals) of
+        the drafts verified, ``verified`` the scheduler's drafts per request, ``sampled`` the host lists.
 
         Vectorised over the step's rows: the counts come from the host lists with C-level ``map``s, and when
         the rows are the planned requests in the planned order (the usual step) no id is looked up.
         """
-        step, verified = self._step_predictions, self._step_verified
-        self._step_predictions, self._step_verified = None, {}
         if self.calibration is None or step is None or not verified:
             return
         start = time.perf_counter()
@@ -266,6 +331,36 @@ class DynamicVerifier:
             if keep.any():
                 self.calibration.defer(rows[keep], counts[keep], accepted[keep])
         self.stats.overhead_s += time.perf_counter() - start
+
+    # -- async mode (dynamic_async): score in the step, plan off it ----------------------------------------
+    def stage(self, scores: DraftScores, req_ids: list[str]) -> StagedSurvivals:
+        """Async mode, inside the step: this step's survivals on their way to the host, nothing waited for (one
+        copy enqueued on the device's stream, :class:`SurvivalStager`); :meth:`plan_staged` plans them later."""
+        step = self._step_scorer(scores.kind, scores.values, scores.num_reqs, scores.num_drafts)
+        scorer = step.scorer if isinstance(step, _CompiledStep) else step
+        return self.stager.stage(scorer(scores.values), req_ids, scores.kind)
+
+    def plan_staged(self, staged: StagedSurvivals) -> list[int]:
+        """Async mode, off the step (where V1 hands its output over): the staged survivals' draft lengths, by the
+        sync mode's host path (calibration factors, ``BudgetController.plan_lengths``, the plain-plan back-off)."""
+        start = time.perf_counter()
+        host = staged.wait()
+        factors = self.calibration.next_factors() if self.calibration is not None else None
+        total, lengths = self.controller.plan_lengths(host, factors)
+        self._record(lengths, total, time.perf_counter() - start, 0)
+        self.stats.staged_copies += 1
+        self.stats.score_kinds[staged.kind] += 1
+        self._back_off(total)
+        return lengths
+
+    def _back_off(self, total: int) -> None:
+        if total == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, ..., 32x
+            self._plain_probes += 1
+            interval = self.probe_interval * 2 ** min(self._plain_probes - 1, MAX_BACKOFF_DOUBLINGS)
+            self._skips_left = interval - 1
+        else:
+            self._plain_probes = 0
+            self._skips_left = 0
 
     def greedy_draft_tokens(
         self, logits: torch.Tensor, num_reqs: int, num_drafts: int

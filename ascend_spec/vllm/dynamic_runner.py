@@ -28,8 +28,8 @@ from ascend_spec.vllm.step_costs import MeasuredStepCosts
 logger = logging.getLogger("ascend_spec.vllm")
 
 
-def check_dynamic_engine(vllm_config) -> None:  # noqa: ANN001
-    """Refuse engines dynamic verification cannot run on, naming the setting to change."""
+def check_dynamic_engine(vllm_config, mode: str = "sync") -> None:  # noqa: ANN001
+    """Refuse engines dynamic verification (``mode`` sync or async) cannot run on, naming the setting to change."""
     where = _where("dynamic")
     spec = vllm_config.speculative_config
     if spec is None:
@@ -39,15 +39,30 @@ def check_dynamic_engine(vllm_config) -> None:  # noqa: ANN001
             f"{where} needs a drafter with per-draft confidences ({', '.join(DRAFT_QUERY_TOKENS)}); "
             f"got speculative method {spec.method!r}"
         )
-    if vllm_config.scheduler_config.async_scheduling:
+    async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
+    if mode == "sync" and async_scheduling:
         raise ValueError(
             f"{where} mode 'sync' chooses the draft lengths on the host before the next step is scheduled; start "
-            "the engine with async_scheduling=False (--no-async-scheduling)"
+            "the engine with async_scheduling=False (--no-async-scheduling), or use mode 'async'"
+        )
+    if mode == "async" and not async_scheduling:
+        device = getattr(vllm_config, "device_config", None)
+        cpu = device is not None and str(device.device_type) == "cpu"
+        reason = " (vLLM's CPU platform always turns async scheduling off)" if cpu else ""
+        raise ValueError(
+            f"{where} mode 'async' hands the draft lengths to vLLM's async scheduler, but this engine schedules "
+            f"synchronously{reason}; use mode 'sync', or start the engine with async_scheduling=True"
         )
 
 
 def install_dynamic(runner) -> None:  # noqa: ANN001
     """Hook the runner (after its __init__): profiles and controller before the first step, then per step."""
+    settings = getattr(runner, "ascend_spec", None)
+    if settings is not None and settings.dynamic.mode == "async":
+        from ascend_spec.vllm.dynamic_async import install_async_hooks
+
+        install_async_hooks(runner, build_verifier)
+        return
     execute_model = runner.execute_model
     propose = runner.propose_draft_token_ids
     take = runner.take_draft_token_ids
@@ -233,10 +248,12 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         calibrate=settings.dynamic.calibrate,
     )
     verifier.profiles = profiles
+    sync = settings.dynamic.mode == "sync"
     # DFlash: greedy drafts from the pass that scores them (DSpark scores its confidence head instead)
-    if getattr(drafter, "draft_score_kind", None) == "logits":
+    if sync and getattr(drafter, "draft_score_kind", None) == "logits":
         drafter.greedy_draft_sampler = verifier.greedy_draft_tokens
-    if settings.dynamic.measure_steps:
+    # Async mode plans on the profiles alone: the host's wall clock around a step does not time the device's.
+    if sync and settings.dynamic.measure_steps:
         verifier.step_costs = MeasuredStepCosts(
             controller, statistic=settings.dynamic.statistic, every=settings.dynamic.measure_every
         )

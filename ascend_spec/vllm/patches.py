@@ -203,6 +203,40 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="V1 reports per-request acceptance to a drafter hook",
     ),
     PatchPoint(
+        name="dynamic_async_stage",
+        target="GPUModelRunner.execute_model / propose_draft_token_ids (per runner instance, dynamic mode async)",
+        what="after the drafter: confidence and survivals on the device, copied into a ring of pinned host slots "
+        "on the same stream, non-blocking, with an event (SurvivalStager); the step never waits for it. "
+        "execute_model notes the drafts the step verifies and the staging they were predicted by",
+        why="with async scheduling the scheduler runs ahead of the worker: a host read in the step would "
+        "serialise what V1 overlaps",
+        how="instance attributes wrapping the bound methods (ascend_spec/vllm/dynamic_async.py)",
+        remove_when="V1 takes per-request draft lengths from a drafter hook in async scheduling",
+    ),
+    PatchPoint(
+        name="dynamic_async_output",
+        target="AsyncModelRunnerOutput.get_output (per output instance, from GPUModelRunner.sample_tokens)",
+        what="where V1 hands a step's output over (after its own copy of the sampled tokens): the calibration's "
+        "bookkeeping of the drafts the step verified, then the sync mode's host plan of the staged survivals; "
+        "the lengths ride on ModelRunnerOutput.ascend_spec_draft_lengths (request id -> drafts; 0 for the "
+        "requests of a step whose drafter was skipped)",
+        why="the model output is the only channel from the worker to the scheduler",
+        how="the async output object's get_output is wrapped (a plain ModelRunnerOutput is finished at once); an "
+        "extra attribute on the dataclass instance survives the executor's pickling",
+        remove_when="with dynamic_async_stage",
+    ),
+    PatchPoint(
+        name="async_scheduler_lengths",
+        target="vllm.v1.core.sched.async_scheduler.AsyncScheduler.schedule / update_from_output",
+        what="update_from_output keeps the latest draft length per request from the output; schedule cuts each "
+        "running request's placeholder draft list to it first, so V1 schedules (and the runner scatters) ragged "
+        "draft counts one step after the plan",
+        why="the AsyncScheduler gives every request the same num_spec_tokens placeholders before the worker drafts",
+        how="class-level wrappers installed by register() in every process; a scheduler whose engine does not "
+        "set dynamic mode 'async' runs vLLM's code (decided once per scheduler from its additional_config)",
+        remove_when="V1's async scheduler takes per-request draft counts from the worker",
+    ),
+    PatchPoint(
         name="dynamic_profiles",
         target="GPUModelRunner.execute_model (per runner instance)",
         what="before the first step: the cost profiles of the target and the drafter (measured at their own "
@@ -357,6 +391,9 @@ def install() -> None:
     VllmConfig._get_v1_model_runner_unsupported_features = _wrap_v1_check(
         VllmConfig._get_v1_model_runner_unsupported_features
     )
+    from ascend_spec.vllm.dynamic_async import install_async_scheduler
+
+    install_async_scheduler()
     _installed = True
 
 
@@ -441,7 +478,7 @@ def _check_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN
     if settings.dynamic.enabled:
         from ascend_spec.vllm.dynamic_runner import check_dynamic_engine
 
-        check_dynamic_engine(vllm_config)
+        check_dynamic_engine(vllm_config, settings.dynamic.mode)
     if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
         return
     if vllm_config.speculative_config is None:

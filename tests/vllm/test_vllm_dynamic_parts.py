@@ -45,7 +45,7 @@ def test_dynamic_is_off_unless_given() -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"mode": "async"}, "['dynamic']['mode'] must be one of sync, off; got 'async'"),
+        ({"mode": "eager"}, "['dynamic']['mode'] must be one of sync, async, off; got 'eager'"),
         ({"mdoe": "sync"}, "unknown key additional_config['ascend_spec']['dynamic']['mdoe']"),
         ({"profile": 3}, "['dynamic']['profile'] must be 'measure' or a profile file path; got 3"),
         ({"profile": ""}, "['dynamic']['profile'] must be 'measure' or a profile file path; got ''"),
@@ -68,10 +68,14 @@ def test_bad_dynamic_settings_name_the_key(raw: object, message: str) -> None:
         parse_config({"ascend_spec": {"dynamic": raw}})
 
 
-def _engine(method: str | None = "dflash", async_scheduling: bool = False) -> SimpleNamespace:
+def _engine(
+    method: str | None = "dflash", async_scheduling: bool = False, device: str = "cuda"
+) -> SimpleNamespace:
     spec = None if method is None else SimpleNamespace(method=method, num_speculative_tokens=3)
     return SimpleNamespace(
-        speculative_config=spec, scheduler_config=SimpleNamespace(async_scheduling=async_scheduling)
+        speculative_config=spec,
+        scheduler_config=SimpleNamespace(async_scheduling=async_scheduling),
+        device_config=SimpleNamespace(device_type=device),
     )
 
 
@@ -92,6 +96,20 @@ def test_engines_dynamic_verification_cannot_run_on_are_refused(engine, message:
         check_dynamic_engine(engine)
     check_dynamic_engine(_engine("dflash"))
     check_dynamic_engine(_engine("dspark"))
+
+
+def test_async_mode_needs_async_scheduling_and_says_why_a_cpu_engine_has_none() -> None:
+    check_dynamic_engine(_engine("dflash", async_scheduling=True), "async")
+    check_dynamic_engine(_engine("dspark", async_scheduling=True), "async")
+    with pytest.raises(
+        ValueError, match=_err("mode 'async' hands the draft lengths to vLLM's async scheduler")
+    ):
+        check_dynamic_engine(_engine("dflash", async_scheduling=False), "async")
+    with pytest.raises(ValueError, match=_err("(vLLM's CPU platform always turns async scheduling off)")):
+        check_dynamic_engine(_engine("dflash", async_scheduling=False, device="cpu"), "async")
+    with pytest.raises(ValueError, match=_err("or use mode 'async'")):
+        check_dynamic_engine(_engine("dflash", async_scheduling=True), "sync")
+    assert parse_config({"ascend_spec": {"dynamic": {"mode": "async"}}}).dynamic.mode == "async"
 
 
 # ------------------------------------------------------------------------------------ graph descriptors
