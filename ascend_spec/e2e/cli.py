@@ -115,9 +115,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--pin-cpu",
-        default="auto",
-        help="with --sweep: the logical CPU every engine process is pinned to (they run one at a time); 'auto' "
-        "(default): the last CPU this process may use when it may use two or more, else none; 'none': not pinned",
+        default="none",
+        help="with --sweep: pin every engine process to this logical CPU ('auto': the last one this process may "
+        "use when it may use two or more; default 'none': not pinned)",
     )
     p.add_argument(
         "--plot", type=Path, default=None, metavar="PNG", help="with --sweep: tokens/s vs batch size"

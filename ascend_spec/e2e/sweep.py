@@ -23,11 +23,11 @@ thread count of a speculative engine after binding its threads, and two OpenMP t
 made every kernel wait ~6 ms at a barrier (a 32-token DFlash run took 7.3 s with 2 threads, 0.15 s with 1), which
 swamps every comparison; 0 leaves the environment alone.
 
-``--pin-cpu`` (default ``auto``: the last CPU this process may use, when it may use two or more) pins every
-engine process to one logical CPU. The engines run one at a time, so none waits for another, and every row
-runs on the same core and its caches: unpinned, the same engine moved between the two vCPUs of the shared VM
-from one start to the next (in-process A/B runs of the perfect drafter at B = 1 differed by up to 17 % unpinned,
-4 % pinned). The orchestrator and the idle engines keep the other CPU.
+``--pin-cpu N`` (or ``auto``: the last CPU this process may use, when it may use two or more; default ``none``)
+pins every engine process to one logical CPU: the engines run one at a time, so none waits for another, and
+every row runs on the same core. Measured on the 2-vCPU VM (perfect drafter, 2 replicas): replica spreads at
+B = 1 and 4 fell from 5-6 % to about 3 %, but every row ran 15-25 % slower and used less CPU time than wall time
+(vLLM's own threads of one engine then share its one CPU), so it is not the default.
 """
 
 from __future__ import annotations
