@@ -70,6 +70,20 @@ class ConfidenceSource(Protocol):
         """This step's scores (consumed: a second call returns None until the drafter runs again)."""
 
 
+def take_checked_scores(
+    take_scores: Callable[[], DraftScores | None], drafts: torch.Tensor
+) -> DraftScores | None:
+    """This step's scores from a proposer's ``take_draft_scores``, checked against the ``[B, K]`` drafts it
+    proposed (a drafter whose scores describe other drafts is a bug, not something to plan with)."""
+    scores = take_scores()
+    if scores is not None and (scores.num_reqs != drafts.shape[0] or scores.num_drafts != drafts.shape[1]):
+        raise RuntimeError(
+            f"draft scores are for [{scores.num_reqs}, {scores.num_drafts}] drafts, the drafter proposed "
+            f"{list(drafts.shape)}"
+        )
+    return scores
+
+
 def confidence(scores: DraftScores, backend: str = "auto", out: torch.Tensor | None = None) -> torch.Tensor:
     """``[B, K]`` fp32 confidences in [0, 1] from a drafter's scores (into ``out [B, K]`` when given)."""
     b, k = scores.num_reqs, scores.num_drafts

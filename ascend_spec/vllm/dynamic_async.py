@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from ascend_spec.vllm.config import parse_config
-from ascend_spec.vllm.dynamic import DynamicVerifier, StagedSurvivals
+from ascend_spec.vllm.dynamic import DynamicVerifier, StagedSurvivals, take_checked_scores
 
 #: The attribute of V1's ``ModelRunnerOutput`` that carries the worker's plan to the scheduler.
 LENGTHS_ATTRIBUTE = "ascend_spec_draft_lengths"
@@ -128,13 +128,8 @@ def install_async_hooks(runner, build_verifier: Callable[[Any], DynamicVerifier]
         take_scores = getattr(self.drafter, "take_draft_scores", None)
         if verifier is not None and step is not None and take_scores is not None and torch.is_tensor(drafts):
             step.drafted = True
-            scores = take_scores()
+            scores = take_checked_scores(take_scores, drafts)
             if scores is not None:
-                if scores.num_reqs != drafts.shape[0] or scores.num_drafts != drafts.shape[1]:
-                    raise RuntimeError(
-                        f"draft scores are for [{scores.num_reqs}, {scores.num_drafts}] drafts, the drafter "
-                        f"proposed {list(drafts.shape)}"
-                    )
                 step.staged = verifier.stage(scores, self.input_batch.req_ids)
                 state["last_staged"] = step.staged
             verifier.stats.overhead_s += time.perf_counter() - start

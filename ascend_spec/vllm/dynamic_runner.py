@@ -21,7 +21,7 @@ import torch
 from ascend_spec.graph import BudgetController
 from ascend_spec.vllm.config import _where
 from ascend_spec.vllm.cost_profiles import engine_profiles, measure_engine_profiles, profile_key
-from ascend_spec.vllm.dynamic import DynamicVerifier, trim_draft_token_ids
+from ascend_spec.vllm.dynamic import DynamicVerifier, take_checked_scores, trim_draft_token_ids
 from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, engine_graphs
 from ascend_spec.vllm.step_costs import MeasuredStepCosts
 
@@ -133,13 +133,8 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
         verifier = self.ascend_spec_dynamic
         take_scores = getattr(self.drafter, "take_draft_scores", None)
         if verifier is not None and take_scores is not None and torch.is_tensor(drafts):
-            scores = take_scores()
+            scores = take_checked_scores(take_scores, drafts)
             if scores is not None:
-                if scores.num_reqs != drafts.shape[0] or scores.num_drafts != drafts.shape[1]:
-                    raise RuntimeError(
-                        f"draft scores are for [{scores.num_reqs}, {scores.num_drafts}] drafts, the drafter "
-                        f"proposed {list(drafts.shape)}"
-                    )
                 self._ascend_spec_lengths = verifier.lengths(scores, self.input_batch.req_ids)
         step[4] = time.perf_counter() - start  # the proposer and the plan: not the target's part
         if step[5] and verifier is not None and torch.is_tensor(drafts):

@@ -268,3 +268,16 @@ def test_async_scheduler_schedules_each_request_the_drafts_of_the_latest_plan(de
                 want = plans[s - 2][r] if mode == "async" and s >= 2 else K
                 assert (got, so.num_scheduled_tokens[r]) == (want, 1 + want), (mode, s, r)
     assert scheduler._ascend_spec_async is False and not scheduler._ascend_spec_lengths
+
+
+def test_scores_that_describe_other_drafts_are_refused() -> None:
+    from ascend_spec.vllm.dynamic import take_checked_scores
+
+    drafts = torch.zeros(2, K, dtype=torch.int64)
+    scores = DraftScores("head", torch.zeros(2, K), 2, K)
+    assert take_checked_scores(lambda: scores, drafts) is scores
+    assert take_checked_scores(lambda: None, drafts) is None
+    with pytest.raises(
+        RuntimeError, match=r"draft scores are for \[3, 3\] drafts, the drafter proposed \[2, 3\]"
+    ):
+        take_checked_scores(lambda: DraftScores("head", torch.zeros(3, K), 3, K), drafts)
