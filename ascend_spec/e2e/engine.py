@@ -35,6 +35,7 @@ class EngineSpec:
     max_num_seqs: int = 8
     max_model_len: int = 512
     kv_cache_bytes: int = 64 << 20
+    async_scheduling: bool = False  # V1's async scheduling (on a CPU-only machine through cpu_async)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def engine_kwargs(self) -> dict[str, Any]:
@@ -46,7 +47,7 @@ class EngineSpec:
             max_num_seqs=self.max_num_seqs,
             enable_prefix_caching=False,  # hybrid + speculative decoding on CPU (docs/vllm.md)
             enforce_eager=True,
-            async_scheduling=False,
+            async_scheduling=self.async_scheduling,
             gpu_memory_utilization=0.05,
             kv_cache_memory_bytes=self.kv_cache_bytes,
             disable_log_stats=False,
@@ -200,8 +201,14 @@ def engine_sampling(
 def start_engine(spec: EngineSpec, prompts: list[list[int]], *, warmup: bool = True):  # noqa: ANN201
     """The in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), warmed up on the first prompt."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    import torch
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
+
+    if spec.async_scheduling and not torch.cuda.is_available():
+        from ascend_spec.e2e.cpu_async import enable_cpu_async_scheduling
+
+        enable_cpu_async_scheduling()
 
     llm = LLM(**spec.engine_kwargs())
     if warmup:

@@ -117,6 +117,27 @@ def test_dynamic_on_qwen35_hybrid_matches_plain_with_ragged_and_zero_draft_reque
     _check_lossless_ragged(engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid, "hybrid", method)
 
 
+@pytest.mark.parametrize("method", ["dflash", "dspark"])
+def test_async_mode_under_v1_async_scheduling_matches_plain_with_ragged_lengths_and_no_host_read(
+    engine_dir, tmp_path, dense_low_entropy, plain_dense, method
+):
+    """Dynamic verification's async mode in V1's async scheduling (AsyncScheduler, two batches in flight, the
+    runner's device-side draft scatter; on this CPU machine through ascend_spec.e2e.cpu_async): the lengths
+    reach the scheduler on the outputs and it verifies them (mean verify length below 1 + K, where V1's
+    placeholders alone give every request K), output equals plain decoding, and no step reads the host."""
+    profile = _profile(tmp_path / "step.json", STEP_TARGET, DRAFT)
+    plugin = {"dynamic": {"mode": "async", "profile": profile, "calibrate": False}}
+    spec = _drafter(method, dense_low_entropy)
+    ours = run(engine_dir, dense_low_entropy, speculative=spec, plugin=plugin, async_scheduling=True, env=ENV)
+    assert_matches_plain(plain_dense, ours, allow_ties=False)
+    stats = ours.dynamic
+    assert stats["steps"] > 0 and stats["staged_copies"] == stats["steps"]
+    assert stats["host_copies"] == 0 and stats["max_host_copies_per_step"] == 0  # nothing read in a step
+    assert stats["score_kinds"] == {SCORE_KIND[method]: stats["steps"]} and stats["fused_draft_tokens"] == 0
+    assert stats["ragged_steps"] > 0 and stats["lengths"].get("0", 0) > 0  # ragged plans with zero-draft rows
+    assert ours.num_drafts > 0 and 1.0 < ours.mean_verify_length < 1 + K  # the scheduler took the lengths
+
+
 def _check_lossless_ragged(engine_dir, tmp_path, models, plain, target: str, method: str) -> None:  # noqa: ANN001
     profile = _profile(tmp_path / "step.json", STEP_TARGET, DRAFT)
     ours = run(engine_dir, models, speculative=_drafter(method, models), plugin=_dynamic(profile), env=ENV)
