@@ -25,9 +25,9 @@ computed from drafts(s) decide how many of drafts(s+1) step s+2 verifies: the pl
 sync mode: a plan with T = 0 skips the drafter for ``probe_interval - 1`` steps (doubling while probes agree);
 a step whose drafter was skipped hands lengths 0 for its requests, and a plan from a probe ends the stretch.
 
-vLLM's CPU platform turns async scheduling off (``CpuPlatform.check_and_update_config``), so on a CPU engine the
-mode is refused with that reason; the scheduler side runs on vLLM's own ``AsyncScheduler`` in the tests, the worker
-side on V1's output protocol.
+vLLM's CPU platform turns async scheduling off (``CpuPlatform.check_and_update_config``), so a CPU engine refuses
+the mode with that reason; the tests run V1's async path on the CPU engine through
+:mod:`ascend_spec.e2e.cpu_async`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Dynamic verification's async mode without an engine (vLLM's CPU platform turns async scheduling off): the worker
+"""Dynamic verification's async mode without an engine (the engine test is in test_vllm_dynamic.py): the worker
 side on a stand-in runner that follows V1's async protocol, against the sync mode's planner on the same drafts; the
 scheduler side on vLLM's own ``AsyncScheduler`` driven as its engine core drives it (two batches in flight)."""
 
