@@ -9,13 +9,13 @@ everything the plugin switches on.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from ascend_spec.vllm.ascend.settings import VllmAscendSettings, parse_vllm_ascend
 
 CONFIG_KEY = "ascend_spec"
 BACKENDS = ("auto", "reference", "triton", "ascendc", "cpu")
-DYNAMIC_MODES = ("sync", "async", "off")
+DYNAMIC_MODES = ("auto", "sync", "async", "off")
 PROFILE_STATISTICS = ("min", "median")
 
 
@@ -27,7 +27,8 @@ def _where(key: str) -> str:
 class DynamicConfig:
     """Dynamic verification (``additional_config["ascend_spec"]["dynamic"]``, docs/vllm.md).
 
-    * ``mode``: ``sync`` (after each drafter run: confidence -> survival -> controller -> per-request draft
+    * ``mode``: ``auto`` (the default: ``async`` where the engine runs vLLM's async scheduling, else ``sync``),
+      ``sync`` (after each drafter run: confidence -> survival -> controller -> per-request draft
       lengths, one device-to-host copy per step), ``async`` (with vLLM's async scheduling: the survivals staged
       without a wait in the step, planned where V1 hands the output over, the lengths handed to the scheduler
       with it and applied one step later: :mod:`ascend_spec.vllm.dynamic_async`) or ``off`` (every request
@@ -49,7 +50,7 @@ class DynamicConfig:
       many (default 4; 1 times every step).
     """
 
-    mode: str = "sync"
+    mode: str = "auto"
     profile: str = "measure"
     max_startup_s: float = 120.0
     warmup: int = 2
@@ -63,6 +64,12 @@ class DynamicConfig:
     @property
     def enabled(self) -> bool:
         return self.mode != "off"
+
+    def for_engine(self, async_scheduling: bool) -> DynamicConfig:
+        """``auto`` resolved for an engine: ``async`` with vLLM's async scheduling, else ``sync``."""
+        if self.mode != "auto":
+            return self
+        return replace(self, mode="async" if async_scheduling else "sync")
 
 
 def _parse_dynamic(raw: object) -> DynamicConfig:

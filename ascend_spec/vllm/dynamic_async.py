@@ -158,7 +158,8 @@ def _async_lengths_enabled(scheduler) -> bool:  # noqa: ANN001
     enabled = scheduler.__dict__.get("_ascend_spec_async")
     if enabled is None:
         settings = parse_config(getattr(scheduler.vllm_config, "additional_config", None))
-        enabled = settings is not None and settings.dynamic.mode == "async"
+        # an AsyncScheduler runs only under async scheduling, where mode auto means async
+        enabled = settings is not None and settings.dynamic.enabled and settings.dynamic.mode != "sync"
         scheduler._ascend_spec_async = enabled
         scheduler._ascend_spec_lengths = {}
         scheduler._ascend_spec_placeholders = {}

@@ -9,6 +9,7 @@ Engines without the key run vLLM's own code (the originals are called and nothin
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -422,6 +423,8 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
         if settings is None:
             original(self, vllm_config, *args, **kwargs)
             return
+        async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
+        settings = dataclasses.replace(settings, dynamic=settings.dynamic.for_engine(async_scheduling))
         from ascend_spec.vllm.ascend import is_npu_runner, prepare_npu_runner
 
         npu = is_npu_runner(self)

@@ -117,16 +117,17 @@ def test_dynamic_on_qwen35_hybrid_matches_plain_with_ragged_and_zero_draft_reque
     _check_lossless_ragged(engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid, "hybrid", method)
 
 
-@pytest.mark.parametrize("method", ["dflash", "dspark"])
+@pytest.mark.parametrize(("method", "mode"), [("dflash", "async"), ("dspark", "auto")])
 def test_async_mode_under_v1_async_scheduling_matches_plain_with_ragged_lengths_and_no_host_read(
-    engine_dir, tmp_path, dense_low_entropy, plain_dense, method
+    engine_dir, tmp_path, dense_low_entropy, plain_dense, method, mode
 ):
     """Dynamic verification's async mode in V1's async scheduling (AsyncScheduler, two batches in flight, the
     runner's device-side draft scatter; on this CPU machine through ascend_spec.e2e.cpu_async): the lengths
     reach the scheduler on the outputs and it verifies them (mean verify length below 1 + K, where V1's
-    placeholders alone give every request K), output equals plain decoding, and no step reads the host."""
+    placeholders alone give every request K), output equals plain decoding, and no step reads the host. Mode
+    auto picks async in such an engine."""
     profile = _profile(tmp_path / "step.json", STEP_TARGET, DRAFT)
-    plugin = {"dynamic": {"mode": "async", "profile": profile, "calibrate": False}}
+    plugin = {"dynamic": {"mode": mode, "profile": profile, "calibrate": False}}
     spec = _drafter(method, dense_low_entropy)
     ours = run(engine_dir, dense_low_entropy, speculative=spec, plugin=plugin, async_scheduling=True, env=ENV)
     assert_matches_plain(plain_dense, ours, allow_ties=False)

@@ -37,7 +37,10 @@ def test_dynamic_is_off_unless_given() -> None:
     assert parse_config({"ascend_spec": {"dynamic": False}}).dynamic.enabled is False
     assert parse_config({"ascend_spec": {"dynamic": {"mode": "off"}}}).dynamic.enabled is False
     on = parse_config({"ascend_spec": {"dynamic": True}}).dynamic
-    assert on == DynamicConfig() and on.enabled and on.mode == "sync" and on.profile == "measure"
+    assert on == DynamicConfig() and on.enabled and on.mode == "auto" and on.profile == "measure"
+    assert on.for_engine(async_scheduling=False).mode == "sync" and on.for_engine(True).mode == "async"
+    explicit = parse_config({"ascend_spec": {"dynamic": {"mode": "sync"}}}).dynamic
+    assert explicit.for_engine(True) is explicit  # an explicit mode is kept (and refused by the engine check)
     got = parse_config({"ascend_spec": {"dynamic": {"profile": "/p.json", "max_startup_s": 5, "repeats": 3}}})
     assert got.dynamic == DynamicConfig(profile="/p.json", max_startup_s=5, repeats=3)
 
@@ -45,7 +48,7 @@ def test_dynamic_is_off_unless_given() -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ({"mode": "eager"}, "['dynamic']['mode'] must be one of sync, async, off; got 'eager'"),
+        ({"mode": "eager"}, "['dynamic']['mode'] must be one of auto, sync, async, off; got 'eager'"),
         ({"mdoe": "sync"}, "unknown key additional_config['ascend_spec']['dynamic']['mdoe']"),
         ({"profile": 3}, "['dynamic']['profile'] must be 'measure' or a profile file path; got 3"),
         ({"profile": ""}, "['dynamic']['profile'] must be 'measure' or a profile file path; got ''"),
