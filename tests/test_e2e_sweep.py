@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 
 import pytest
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 from ascend_spec.e2e.engine import EngineRun
 from ascend_spec.e2e.sweep import (
     SweepRow,
+    chance_below_if_equal,
     format_summary,
     format_sweep,
     pinned_cpus,
@@ -106,8 +109,18 @@ def test_replicas_give_each_row_its_spread_and_each_comparison_its_noise_and_ver
         "meets (>= best K and plain within noise)"
     )
     assert text[1].endswith("below") and "unmeasured (one replica)" in text[2]
+    assert one.chance_below_if_equal == pytest.approx(1 / 6)  # two replicas each
+    assert eight.chance_below_if_equal == pytest.approx(1 / 2)  # one each: a coin
+    assert text[3] == (
+        "(below = every dynamic replica slower than every replica compared; for engines exactly as fast, "
+        "at most 50.0% per batch size with these replicas)"
+    )
     d = one.as_dict()
     assert d["meets"] is True and d["noise_vs_best_fixed_k"] == 0.04 and d["dynamic_vs_best_fixed_k"] == 0.98
+    assert (
+        d["replicas"] == {"dynamic": 2, "plain": 2, "best_fixed_k": 2}
+        and d["chance_below_if_equal"] == 0.16667
+    )
     assert rows[0].as_dict(100.0)["replicas_tokens_per_s"] == [100.0, 98.0]
 
 
@@ -141,3 +154,41 @@ def test_pin_cpu_outside_the_allowed_set_is_refused_with_the_value(monkeypatch, 
         CommandError, match=rf"--pin-cpu must be 'auto', 'none' or one of .*\[0, 1\]; got {value!r}"
     ):
         pinned_cpus(value)
+
+
+def _verdict(dynamic: list[float], fixed: list[float]) -> bool:
+    """Whether dynamic meets against one fixed-K row (plain decoding far below, so only that comparison counts)."""
+    rows = [_row(1, "plain", [1.0]), _row(1, "K=3", fixed), _row(1, "dynamic", dynamic)]
+    (summary,) = summarize_sweep(rows)
+    return summary.meets
+
+
+@given(
+    st.lists(st.integers(100, 10_000), min_size=1, max_size=6),
+    st.lists(st.integers(100, 10_000), min_size=1, max_size=6),
+)
+def test_below_means_every_dynamic_replica_is_slower_than_every_replica_compared(
+    dynamic: list[int], fixed: list[int]
+) -> None:
+    if not _verdict([float(t) for t in dynamic], [float(t) for t in fixed]):
+        assert max(dynamic) <= min(fixed)  # < exactly; an exact tie may round either way
+
+
+@pytest.mark.parametrize("n_dynamic,n_fixed", [(1, 1), (2, 1), (2, 2), (3, 3), (2, 4), (5, 5)])
+@pytest.mark.parametrize("step", [1, 40, 900])  # replicas 0.1 %, 4 %, 90 % apart
+def test_equal_engines_read_below_at_most_once_per_ordering_of_their_replicas(
+    n_dynamic: int, n_fixed: int, step: int
+) -> None:
+    # Equal engines: the n_dynamic + n_fixed replica speeds are exchangeable, so every choice of which of them
+    # belong to the dynamic row is equally likely. Counting the choices that read "below" gives the chance.
+    speeds = [1000.0 + step * i for i in range(n_dynamic + n_fixed)]
+    choices = list(itertools.combinations(range(len(speeds)), n_dynamic))
+    below = sum(
+        not _verdict([speeds[i] for i in c], [speeds[i] for i in range(len(speeds)) if i not in c])
+        for c in choices
+    )
+    assert len(choices) == math.comb(n_dynamic + n_fixed, n_dynamic)
+    assert below <= 1  # only the choice of the slowest n_dynamic can read below
+    assert below / len(choices) <= chance_below_if_equal(n_dynamic, n_fixed)
+    if n_dynamic == n_fixed == 1:  # no noise measured: the slower engine reads below, a coin
+        assert below == 1 and chance_below_if_equal(1, 1) == 0.5

@@ -103,8 +103,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--replicas",
         type=int,
-        default=2,
-        help="with --sweep: engines started per row, the fastest reported, their spread the noise (default 2)",
+        default=3,
+        help="with --sweep: engines started per row, the fastest reported, their spread the noise (default 3)",
     )
     p.add_argument("--batch-sizes", default="1,4,8", help="with --sweep: concurrent requests (default 1,4,8)")
     p.add_argument(

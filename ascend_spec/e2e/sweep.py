@@ -10,13 +10,16 @@ plain decoding at that B, tokens per CPU-second of the engine process (best roun
 ``T:steps``), the plugin's overhead per step (confidence + survival + controller + allocation, measured in the
 engine) and host copies per step. ``--plot`` writes tokens/s against B per mode (matplotlib).
 
-``--replicas`` (default 2) starts every row's engine that many times, all resident in the same interleaved
+``--replicas`` (default 3) starts every row's engine that many times, all resident in the same interleaved
 rounds (replica 2 in reversed order: :func:`replica_order`): a row reports its fastest replica, and the spread
-between a row's replicas (``1 - slowest / fastest``) is the run's own measure of noise. Identical engines differ by more than their rounds do: on a shared 2-core VM
-four K = 3 engines in one run came out 0.88-1.03 of each other, each steady over its rounds (a process's memory
-placement and core, not load that interleaving spreads). The summary after the table gives, per B, dynamic
-against plain decoding and against the best fixed K, each with its noise (the larger spread of the two rows
-compared), and whether dynamic is at least the best K and plain decoding within it.
+between a row's replicas (``1 - slowest / fastest``) is the run's own measure of noise. Identical engines differ
+by more than their rounds do: on a shared 2-core VM four K = 3 engines in one run came out 0.88-1.03 of each other,
+each steady over its rounds (a process's memory placement and core, not load that interleaving spreads). The
+summary after the table gives, per B, dynamic against plain decoding and against the best fixed K, each with its
+noise (the larger spread of the two rows compared), and whether dynamic is at least the best K and plain decoding
+within it. "Below" then means every dynamic replica ran slower than every replica of the row compared; for
+engines exactly as fast that happens at most ``1 / C(2n, n)`` of the time with n replicas each
+(:func:`chance_below_if_equal`: 1/6 at two, 1/20 at three, 1/252 at five), which the summary prints.
 
 ``--threads`` (default 1) sets ``OMP_NUM_THREADS`` of every engine: vLLM 0.32's CPU worker keeps torch's
 thread count of a speculative engine after binding its threads, and two OpenMP threads on a busy 2-core machine
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -94,6 +98,7 @@ class BatchSummary:
     dynamic_tps: float
     noise_vs_plain: float | None  # the larger replica spread of the dynamic and the plain row
     noise_vs_best_k: float | None  # the larger replica spread of the dynamic and the best fixed-K row
+    replicas: tuple[int, int, int] = (1, 1, 1)  # replicas that ran: dynamic, plain, best fixed K
 
     @property
     def vs_plain(self) -> float:
@@ -111,9 +116,22 @@ class BatchSummary:
             self.noise_vs_plain or 0.0
         )
 
+    @property
+    def chance_below_if_equal(self) -> float:
+        """The most often this verdict reads "below" when dynamic runs exactly as fast as the rows it is compared
+        with (:func:`chance_below_if_equal`, the worse of its two comparisons)."""
+        dynamic, plain, best = self.replicas
+        return max(chance_below_if_equal(dynamic, plain), chance_below_if_equal(dynamic, best))
+
     def as_dict(self) -> dict:
         return {
             "batch": self.batch,
+            "replicas": {
+                "dynamic": self.replicas[0],
+                "plain": self.replicas[1],
+                "best_fixed_k": self.replicas[2],
+            },
+            "chance_below_if_equal": round(self.chance_below_if_equal, 5),
             "plain_tokens_per_s": round(self.plain_tps, 2),
             "best_fixed_k": self.best_k,
             "best_fixed_k_tokens_per_s": round(self.best_k_tps, 2),
@@ -146,9 +164,21 @@ def summarize_sweep(rows: list[SweepRow]) -> list[BatchSummary]:
                 dynamic[0].run.tokens_per_second,
                 _noise(dynamic[0], plain[0]),
                 _noise(dynamic[0], best),
+                (len(dynamic[0].replica_tps), len(plain[0].replica_tps), len(best.replica_tps)),
             )
         )
     return out
+
+
+def chance_below_if_equal(n_a: int, n_b: int) -> float:
+    """At most how often a row of ``n_a`` replicas reads below a row of ``n_b`` when their engines are equal.
+
+    "Below" needs ``fastest_a / fastest_b < 1 - noise`` with ``noise >= 1 - slowest_b / fastest_b``, hence
+    ``fastest_a < slowest_b``: every replica of a slower than every replica of b. For exchangeable replicas
+    (equal engines, same machine) that ordering has probability ``1 / C(n_a + n_b, n_a)``: 1/6 with two
+    replicas each, 1/20 with three, 1/252 with five.
+    """
+    return 1.0 / math.comb(max(n_a, 1) + max(n_b, 1), max(n_a, 1))
 
 
 def _noise(a: SweepRow, b: SweepRow) -> float | None:
@@ -168,6 +198,12 @@ def format_summary(summaries: list[BatchSummary]) -> str:
             f"{_pct(s.noise_vs_plain)}), {s.vs_best_k:.3f} x best fixed {s.best_k} ({s.best_k_tps:.1f}; noise "
             f"{_pct(s.noise_vs_best_k)}): "
             + ("meets (>= best K and plain within noise)" if s.meets else "below")
+        )
+    if summaries:
+        worst = max(summaries, key=lambda s: s.chance_below_if_equal)
+        lines.append(
+            f"(below = every dynamic replica slower than every replica compared; for engines exactly as fast, "
+            f"at most {worst.chance_below_if_equal:.1%} per batch size with these replicas)"
         )
     return "\n".join(lines)
 
@@ -287,7 +323,7 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
             f"--batch-sizes must be positive ints separated by commas; got {args.batch_sizes!r}"
         )
     k_max = args.num_spec
-    replicas = getattr(args, "replicas", 2)
+    replicas = getattr(args, "replicas", 3)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
         raise CommandError(f"--replicas must be an int >= 1; got {replicas!r}")
     cpus = pinned_cpus(getattr(args, "pin_cpu", "none"))
