@@ -2,7 +2,7 @@
 
 ``register`` is the ``vllm.general_plugins`` entry point (pyproject). It runs in every vLLM process and only
 wraps the model runner's constructor; everything else happens for an engine whose ``additional_config`` has the
-``"ascend_spec"`` key (see :mod:`ascend_spec.vllm.patches` for the register of patch points and docs/vllm.md).
+``"ascend_spec"`` key (see :mod:`ascend_spec.vllm.patch_register` for the register of patch points and docs/vllm.md).
 """
 
 from __future__ import annotations

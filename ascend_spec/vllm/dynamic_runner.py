@@ -1,6 +1,6 @@
 """Dynamic verification wired into one V1 runner: the engine check, the profiles at start, the step hooks.
 
-Patch points (register: :mod:`ascend_spec.vllm.patches`): ``dynamic_profiles`` (``execute_model``, first call),
+Patch points (register: :mod:`ascend_spec.vllm.patch_register`): ``dynamic_profiles`` (``execute_model``, first call),
 ``dynamic_propose`` (``propose_draft_token_ids``), ``dynamic_take_drafts`` (``take_draft_token_ids``),
 ``dynamic_skip_drafter`` (``_input_fits_in_drafter``), ``dynamic_plain_sample`` (``_sample``),
 ``dynamic_zero_draft_metadata`` (``_calc_spec_decode_metadata``), ``dynamic_zero_draft_copy``
