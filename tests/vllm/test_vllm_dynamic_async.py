@@ -4,6 +4,7 @@ scheduler side on vLLM's own ``AsyncScheduler`` driven as its engine core drives
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from types import SimpleNamespace
 
@@ -77,9 +78,15 @@ def test_async_runner_hooks_plan_what_sync_mode_plans_one_hand_over_later(backen
         def take_draft_scores(self) -> DraftScores:
             return DraftScores("logits", step_data["logits"], b, K)
 
+    drafter_s = 0.02
+
+    def propose() -> torch.Tensor:
+        time.sleep(drafter_s)  # the drafter's forward: not the plugin's overhead
+        return torch.zeros(b, K, dtype=torch.int64)
+
     runner = SimpleNamespace(
         execute_model=lambda scheduler_output: None,
-        propose_draft_token_ids=lambda: torch.zeros(b, K, dtype=torch.int64),
+        propose_draft_token_ids=propose,
         _input_fits_in_drafter=lambda: True,
         sample_tokens=lambda: _AsyncOutput(step_data["output"]),
         drafter=Drafter(),
@@ -130,6 +137,9 @@ def test_async_runner_hooks_plan_what_sync_mode_plans_one_hand_over_later(backen
     assert verifier.stats.ragged_steps == sync.stats.ragged_steps > 0
     assert verifier.reader.copies == 0 and verifier.stats.host_copies == 0  # no read in a step
     assert verifier.stats.staged_copies == verifier.stager.copies == 14
+    assert (
+        0 < verifier.stats.overhead_s < 14 * drafter_s
+    )  # scoring, staging and planning; the drafter excluded
 
 
 def test_a_skipped_drafter_hands_over_zero_lengths_and_probes_end_the_stretch() -> None:
