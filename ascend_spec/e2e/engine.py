@@ -155,7 +155,7 @@ def gdn_state_per_request(worker) -> tuple[int, int] | None:  # noqa: ANN001 - r
 
 
 def _dynamic_stats(worker):  # noqa: ANN001, ANN202 - runs inside the worker
-    from ascend_spec.vllm.dynamic_runner import dynamic_stats
+    from ascend_spec.vllm.v1.dynamic_hooks import dynamic_stats
 
     return dynamic_stats(worker)
 

@@ -1,8 +1,14 @@
-"""vLLM plugin: ascend-spec's ops inside a V1 engine, switched on by ``additional_config["ascend_spec"]``.
+"""vLLM plugin: ascend-spec's ops inside a vLLM engine, switched on by ``additional_config["ascend_spec"]``.
 
-``register`` is the ``vllm.general_plugins`` entry point (pyproject). It runs in every vLLM process and only
-wraps the model runner's constructor; everything else happens for an engine whose ``additional_config`` has the
-``"ascend_spec"`` key (see :mod:`ascend_spec.vllm.patch_register` for the register of patch points and docs/vllm.md).
+``register`` is the ``vllm.general_plugins`` entry point (pyproject). It runs in every vLLM process, never raises,
+and installs a config gate plus, on a supported release, the runner hooks (:mod:`ascend_spec.vllm.install`);
+everything else happens for an engine whose ``additional_config`` has the ``"ascend_spec"`` key.
+
+Layout: what does not depend on an engine (settings :mod:`~ascend_spec.vllm.config`, the dynamic planner
+:mod:`~ascend_spec.vllm.dynamic`, step costs, cost profiles, graph dispatch, the GDN layer) sits here; each
+runner's hooks in their own package (:mod:`~ascend_spec.vllm.v1`: vLLM's Model Runner V1;
+:mod:`~ascend_spec.vllm.ascend`: vllm-ascend's NPUModelRunner); the releases and their differences in
+:mod:`~ascend_spec.vllm.releases`; the register of patch points in :mod:`~ascend_spec.vllm.patch_register`.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ __all__ = ["AscendSpecConfig", "parse_config", "register"]
 
 
 def register() -> None:
-    """Entry point: install the runner hook (idempotent; inert for engines that do not enable the plugin)."""
-    from ascend_spec.vllm.patches import install
+    """Entry point: install the plugin's gate and hooks (idempotent; never raises; inert without the key)."""
+    from ascend_spec.vllm.install import install
 
     install()

@@ -31,7 +31,7 @@ class DynamicConfig:
       ``sync`` (after each drafter run: confidence -> survival -> controller -> per-request draft
       lengths, one device-to-host copy per step), ``async`` (with vLLM's async scheduling: the survivals staged
       without a wait in the step, planned where V1 hands the output over, the lengths handed to the scheduler
-      with it and applied one step later: :mod:`ascend_spec.vllm.dynamic_async`) or ``off`` (every request
+      with it and applied one step later: :mod:`ascend_spec.vllm.v1.dynamic_async`) or ``off`` (every request
       verifies all K drafts).
     * ``profile``: ``"measure"`` (time the target and the drafter at engine start, cached as JSON under
       ``VLLM_CACHE_ROOT``) or the path of a profile file (read when it exists, else measured and written there).

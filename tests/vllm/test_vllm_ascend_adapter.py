@@ -24,11 +24,13 @@ from vllm.v1.worker import gpu_model_runner  # noqa: E402
 from ascend_spec.graph.controller import BudgetController  # noqa: E402
 from ascend_spec.graph.cost_profile import CostProfile  # noqa: E402
 from ascend_spec.ops import allocate_verify_budget  # noqa: E402
-from ascend_spec.vllm import patches  # noqa: E402
 from ascend_spec.vllm.ascend import is_npu_runner, vllm_ascend_importable  # noqa: E402
 from ascend_spec.vllm.ascend.verify_scheduler import AscendSpecDynamicSpec  # noqa: E402
 from ascend_spec.vllm.ascend.version import VLLM_ASCEND_COMMIT  # noqa: E402
 from ascend_spec.vllm.config import parse_config  # noqa: E402
+from ascend_spec.vllm.patch_register import PATCH_POINTS  # noqa: E402
+from ascend_spec.vllm.releases import v1_release  # noqa: E402
+from ascend_spec.vllm.v1 import runner as v1_runner  # noqa: E402
 
 V, H = 32, 8
 NPU_VLLM = "0.27.1"  # the vLLM release vllm-ascend 182b75ea84 pairs with
@@ -61,8 +63,12 @@ def isolated_plugin(monkeypatch: pytest.MonkeyPatch):
     from vllm.model_executor.custom_op import op_registry_oot
 
     saved_oot = dict(op_registry_oot)
-    monkeypatch.setattr(patches, "_gdn_registered", False)
-    monkeypatch.setattr(gpu_model_runner.GPUModelRunner, "__init__", patches._wrap_runner_init(_light_init))
+    monkeypatch.setattr(v1_runner, "_gdn_registered", False)
+    monkeypatch.setattr(
+        gpu_model_runner.GPUModelRunner,
+        "__init__",
+        v1_runner.wrap_runner_init(_light_init, v1_release("0.32.0")),
+    )
     yield
     op_registry_oot.clear()
     op_registry_oot.update(saved_oot)
@@ -180,7 +186,7 @@ def _resolve(target: str) -> object:
 
 def test_every_adapter_register_entry_resolves_in_the_vllm_ascend_tree(fake_tree) -> None:
     fake_tree()
-    points = [p for p in patches.PATCH_POINTS if p.target.startswith("vllm_ascend.")]
+    points = [p for p in PATCH_POINTS if p.target.startswith("vllm_ascend.")]
     assert {p.name for p in points} >= {
         "npu_get_drafter",
         "npu_dflash_proposer",
@@ -193,9 +199,9 @@ def test_every_adapter_register_entry_resolves_in_the_vllm_ascend_tree(fake_tree
     }
     for p in points:
         assert callable(_resolve(p.target)), p.target
-        assert VLLM_ASCEND_COMMIT in p.written_against, p.name
+        assert any(VLLM_ASCEND_COMMIT in r for r in p.releases), p.name
         assert p.what and p.why and p.how and p.remove_when, p.name
-    assert len({p.name for p in patches.PATCH_POINTS}) == len(patches.PATCH_POINTS)
+    assert len({p.name for p in PATCH_POINTS}) == len(PATCH_POINTS)
 
 
 def test_supported_vllm_ascend_is_patched(fake_tree, npu_vllm, isolated_plugin) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ascend_spec.vllm import patches
 from ascend_spec.vllm.config import AscendSpecConfig, parse_config
+from ascend_spec.vllm.patch_register import PATCH_POINTS
 
 
 def test_absent_or_disabled_key_leaves_the_plugin_inert() -> None:
@@ -42,18 +42,20 @@ def test_bad_settings_name_the_key_and_value(raw: object, message: str) -> None:
 
 
 def test_every_patch_point_is_registered_with_what_why_how_and_when_it_can_go() -> None:
-    names = [p.name for p in patches.PATCH_POINTS]
+    names = [p.name for p in PATCH_POINTS]
     assert len(names) == len(set(names))
     assert {"runner_init", "gdn_layer", "gdn_flush", "dflash_proposer"} <= set(names)
-    for point in patches.PATCH_POINTS:
+    for point in PATCH_POINTS:
         for field in ("target", "what", "why", "how", "remove_when"):
             assert getattr(point, field).strip(), (point.name, field)
 
 
-def test_unsupported_vllm_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    import vllm
+def test_every_patch_point_names_its_runner_and_releases() -> None:
+    from ascend_spec.vllm.patch_register import ANY_RUNNER, NPU_V1_RUNNER, V1_RUNNER
+    from ascend_spec.vllm.releases import V1_RELEASES
 
-    patches.check_version()  # the installed engine is a supported one
-    monkeypatch.setattr(vllm, "__version__", "0.99.0")
-    with pytest.raises(RuntimeError, match="installed vLLM is 0.99.0"):
-        patches.check_version()
+    for point in PATCH_POINTS:
+        assert point.runner in (ANY_RUNNER, V1_RUNNER, NPU_V1_RUNNER), point.name
+        assert point.releases, point.name
+        if point.runner == V1_RUNNER:
+            assert point.releases == tuple(f"vLLM {v}" for v in V1_RELEASES), point.name

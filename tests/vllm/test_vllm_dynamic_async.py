@@ -14,7 +14,7 @@ import torch
 
 from ascend_spec.graph import BudgetController, CostProfile
 from ascend_spec.vllm.dynamic import DraftScores, DynamicVerifier, SurvivalStager
-from ascend_spec.vllm.dynamic_async import (
+from ascend_spec.vllm.v1.dynamic_async import (
     LENGTHS_ATTRIBUTE,
     AsyncStep,
     finish_step,

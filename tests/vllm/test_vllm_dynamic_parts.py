@@ -21,8 +21,8 @@ from ascend_spec.vllm.cost_profiles import (
     measure_engine_profiles,
 )
 from ascend_spec.vllm.dynamic import DraftScores, DynamicVerifier, trim_draft_token_ids
-from ascend_spec.vllm.dynamic_runner import check_dynamic_engine
 from ascend_spec.vllm.graphs import build_engine_graphs
+from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
 
 
 def _err(text: str) -> str:
@@ -267,7 +267,7 @@ def test_dspark_head_scores_give_ragged_lengths_through_head_confidence() -> Non
 
 
 def test_dynamic_dspark_needs_a_confidence_head() -> None:
-    from ascend_spec.vllm.dspark_proposer import check_confidence_head
+    from ascend_spec.vllm.v1.dspark_proposer import check_confidence_head
 
     headless = SimpleNamespace(model=SimpleNamespace(confidence_head=None))
     with pytest.raises(ValueError, match=_err("the speculative model '/ckpt' has none")):
@@ -348,7 +348,7 @@ def test_zero_draft_steps_sample_plainly_and_reuse_their_metadata() -> None:
     drafts built once per B by V1's own function, every other step passed through."""
     import numpy as np
 
-    from ascend_spec.vllm.dynamic_runner import install_dynamic
+    from ascend_spec.vllm.v1.dynamic_hooks import install_dynamic
 
     calls: dict[str, list] = {"sample": [], "metadata": []}
 
@@ -385,7 +385,7 @@ def test_plans_without_drafts_hand_the_scheduler_nothing_and_skip_the_host_copy(
     the drafts to the host buffer does not run, its bookkeeping does; any other step goes through V1's own."""
     from vllm.v1.outputs import DraftTokenIds
 
-    from ascend_spec.vllm.dynamic_runner import install_dynamic
+    from ascend_spec.vllm.v1.dynamic_hooks import install_dynamic
 
     copies: list[bool] = []
     runner = SimpleNamespace(
@@ -422,7 +422,7 @@ def test_drafter_less_decode_steps_run_as_an_engine_without_a_drafter(hybrid: bo
     """dynamic_plain_step on a stand-in runner: a one-token-per-request step without drafts whose drafter is
     skipped sees speculative_config None from execute_model to the end of sample_tokens (restored after it,
     and when execute_model raises); steps with drafts, prefills and hybrid targets keep it."""
-    from ascend_spec.vllm.dynamic_runner import install_dynamic
+    from ascend_spec.vllm.v1.dynamic_hooks import install_dynamic
 
     spec = object()
     seen: list[object] = []

@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_spec.vllm.rejection_expand import (
+from ascend_spec.vllm.v1.rejection_expand import (
     cpu_expand_is_broken,
     expand_per_request,
     install_rejection_expand,

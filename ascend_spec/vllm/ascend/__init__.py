@@ -4,7 +4,7 @@ Active only for a runner that is vllm-ascend's ``NPUModelRunner`` (so only where
 whose engine enables the plugin (``additional_config["ascend_spec"]``). The plugin's ``runner_init`` wrapper calls
 :func:`prepare_npu_runner` before the runner is built; it checks the vllm-ascend and vLLM versions
 (:mod:`~ascend_spec.vllm.ascend.version`) and installs the adapter's hooks, each listed in the register
-(:data:`ascend_spec.vllm.patch_register.PATCH_POINTS`, ``written_against`` the vllm-ascend commit). One module per hook:
+(:data:`ascend_spec.vllm.patch_register.PATCH_POINTS`, ``releases`` naming the vllm-ascend commit). One module per hook:
 
 * :mod:`~ascend_spec.vllm.ascend.runner`: ``NPUModelRunner._get_drafter`` -> the adapter's proposers;
 * :mod:`~ascend_spec.vllm.ascend.proposers`: subclasses of ``AscendDflashProposer`` / ``AscendDSparkProposer``;

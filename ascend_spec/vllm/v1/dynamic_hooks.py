@@ -11,7 +11,6 @@ instance attributes of a runner whose engine sets ``additional_config["ascend_sp
 
 from __future__ import annotations
 
-import logging
 import time
 import types
 from typing import Any
@@ -23,9 +22,10 @@ from ascend_spec.vllm.config import _where
 from ascend_spec.vllm.cost_profiles import engine_profiles, measure_engine_profiles, profile_key
 from ascend_spec.vllm.dynamic import DynamicVerifier, take_checked_scores, trim_draft_token_ids
 from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, engine_graphs
+from ascend_spec.vllm.log import plugin_logger
 from ascend_spec.vllm.step_costs import MeasuredStepCosts
 
-logger = logging.getLogger("ascend_spec.vllm")
+logger = plugin_logger()
 
 
 def check_dynamic_engine(vllm_config, mode: str = "sync") -> None:  # noqa: ANN001
@@ -59,7 +59,7 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
     """Hook the runner (after its __init__): profiles and controller before the first step, then per step."""
     settings = getattr(runner, "ascend_spec", None)
     if settings is not None and settings.dynamic.mode == "async":
-        from ascend_spec.vllm.dynamic_async import install_async_hooks
+        from ascend_spec.vllm.v1.dynamic_async import install_async_hooks
 
         install_async_hooks(runner, build_verifier)
         return

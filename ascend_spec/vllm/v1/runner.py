@@ -1,89 +1,28 @@
-"""Installs the plugin's patch points (the register: :mod:`ascend_spec.vllm.patch_register`, ``PATCH_POINTS``).
+"""Model Runner V1's hooks: the runner constructor (``runner_init``), the GDN flush and the start-up line.
 
-Nothing here runs at import. :func:`install` (from the ``vllm.general_plugins`` entry point) wraps two methods,
-``GPUModelRunner.__init__`` and V1's config check ``VllmConfig._get_v1_model_runner_unsupported_features``; both
-wrappers read ``additional_config["ascend_spec"]`` and, only when the plugin is enabled there, act: the runner's
-checks the engine version and applies the other points to that runner, the check's lets ``dspark`` through.
-Engines without the key run vLLM's own code (the originals are called and nothing else changes).
+:func:`~ascend_spec.vllm.v1.install_v1` wraps ``GPUModelRunner.__init__`` once per process; the wrapper reads
+``additional_config["ascend_spec"]`` and, only when the plugin is enabled there, applies the other points to that
+runner (CPU's and vllm-ascend's runners are built through it via ``super()``). Engines without the key run vLLM's
+own code: the original is called and nothing else changes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import os
 import types
 from collections.abc import Callable
 from typing import Any
 
 from ascend_spec.vllm.config import AscendSpecConfig, parse_config
-from ascend_spec.vllm.patch_register import PATCH_POINTS as PATCH_POINTS  # the register, re-exported
+from ascend_spec.vllm.log import plugin_logger
+from ascend_spec.vllm.releases import VllmRelease, check_supported, installed_vllm_version
 
-logger = logging.getLogger("ascend_spec.vllm")
-
-# Engine versions the patch points were written against and tested on (docs/vllm.md, version matrix).
-SUPPORTED_VLLM_VERSIONS = ("0.32.0",)
+logger = plugin_logger()
 
 
-_installed = False
-
-
-def vllm_version() -> str:
-    import vllm
-
-    return str(vllm.__version__).split("+")[0]
-
-
-def check_version() -> None:
-    version = vllm_version()
-    if version not in SUPPORTED_VLLM_VERSIONS:
-        raise RuntimeError(
-            f"additional_config['ascend_spec'] is set but the installed vLLM is {version}; ascend-spec's patch "
-            f"points are written for vLLM {', '.join(SUPPORTED_VLLM_VERSIONS)} and it does not patch other "
-            "versions blind. Remove the key or install a supported vLLM"
-        )
-
-
-def install() -> None:
-    """Wrap ``GPUModelRunner.__init__`` once per process (plugins load in every vLLM process, maybe twice)."""
-    global _installed
-    if _installed:
-        return
-    from vllm.v1.worker import gpu_model_runner
-
-    cls = gpu_model_runner.GPUModelRunner
-    cls.__init__ = _wrap_runner_init(cls.__init__)
-    from vllm.config import VllmConfig
-
-    VllmConfig._get_v1_model_runner_unsupported_features = _wrap_v1_check(
-        VllmConfig._get_v1_model_runner_unsupported_features
-    )
-    from ascend_spec.vllm.dynamic_async import install_async_scheduler
-
-    install_async_scheduler()
-    _installed = True
-
-
-V1_DSPARK_REFUSAL = "dspark speculative decoding"
-
-
-def _wrap_v1_check(original: Callable[..., list[str]]) -> Callable[..., list[str]]:
-    @functools.wraps(original)
-    def _get_v1_model_runner_unsupported_features(self) -> list[str]:  # noqa: ANN001
-        unsupported = original(self)
-        spec = self.speculative_config
-        if spec is None or spec.method != "dspark" or V1_DSPARK_REFUSAL not in unsupported:
-            return unsupported
-        settings = parse_config(self.additional_config)
-        if settings is None or not settings.dspark:
-            return unsupported
-        return [item for item in unsupported if item != V1_DSPARK_REFUSAL]
-
-    return _get_v1_model_runner_unsupported_features
-
-
-def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
+def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Callable[..., None]:
     @functools.wraps(original)
     def __init__(self, vllm_config, *args: Any, **kwargs: Any) -> None:  # noqa: ANN001
         settings = parse_config(vllm_config.additional_config)
@@ -98,7 +37,7 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
         if npu:
             prepare_npu_runner()  # vllm-ascend's version matrix, then its hooks
         else:
-            check_version()
+            check_supported()
         _check_engine(vllm_config, settings)
         # An engine step must not pay the ops' value checks (host syncs, on by default for CPU tensors): off
         # in engine processes unless the user sets ASCEND_SPEC_CHECKS (the tests set it to 1).
@@ -110,12 +49,12 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
         upstream_eagle = gpu_model_runner.EagleProposer
         # NPU: the adapter's proposer replaces vLLM's after this
         if (settings.block_slots or settings.dynamic.enabled) and not npu:
-            from ascend_spec.vllm.proposer import AscendSpecDFlashProposer
+            from ascend_spec.vllm.v1.dflash_proposer import AscendSpecDFlashProposer
 
             gpu_model_runner.DFlashProposer = AscendSpecDFlashProposer
         dspark = not npu and _drafts_with_dspark(vllm_config, settings)  # NPU: the adapter's DSpark proposer
         if dspark:
-            from ascend_spec.vllm.dspark_proposer import AscendSpecDSparkProposer
+            from ascend_spec.vllm.v1.dspark_proposer import AscendSpecDSparkProposer
 
             gpu_model_runner.EagleProposer = AscendSpecDSparkProposer
         try:
@@ -126,12 +65,13 @@ def _wrap_runner_init(original: Callable[..., None]) -> Callable[..., None]:
         if dspark and hasattr(self, "drafter"):
             self.use_aux_hidden_state_outputs = True  # DSpark reads the target's aux hidden states, as DFlash
         self.ascend_spec = settings
+        self.ascend_spec_release = release
         _install_runner_hooks(self)
-        from ascend_spec.vllm.rejection_expand import install_rejection_expand
+        from ascend_spec.vllm.v1.rejection_expand import install_rejection_expand
 
         install_rejection_expand(self)
         if settings.dynamic.enabled:
-            from ascend_spec.vllm.dynamic_runner import install_dynamic
+            from ascend_spec.vllm.v1.dynamic_hooks import install_dynamic
 
             install_dynamic(self)
 
@@ -146,7 +86,7 @@ def _drafts_with_dspark(vllm_config, settings: AscendSpecConfig) -> bool:  # noq
 def _check_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
     """Engine settings the patch points need, refused with the setting to change."""
     if settings.dynamic.enabled:
-        from ascend_spec.vllm.dynamic_runner import check_dynamic_engine
+        from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
 
         check_dynamic_engine(vllm_config, settings.dynamic.mode)
     if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
@@ -234,7 +174,7 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
             "ascend-spec %s on vLLM %s: %d GDN layers verify ragged drafts on one state slot per request; "
             "drafter %s; %s",
             _package_version(),
-            vllm_version(),
+            installed_vllm_version(),
             len(layers),
             type(drafter).__name__ if drafter is not None else "none",
             self.ascend_spec.describe(),

@@ -28,7 +28,7 @@ from vllm.v1.attention.backend import CommonAttentionMetadata
 from ascend_spec.ops import head_confidence
 from ascend_spec.vllm.config import parse_config
 from ascend_spec.vllm.dynamic import DraftScores
-from ascend_spec.vllm.proposer import AscendSpecDFlashProposer
+from ascend_spec.vllm.v1.dflash_proposer import AscendSpecDFlashProposer
 
 
 class AscendSpecDSparkProposer(AscendSpecDFlashProposer):

@@ -1,0 +1,91 @@
+"""What ``register()`` installs in a vLLM process: a config gate everywhere, the runner hooks where supported.
+
+vLLM calls general plugins without a guard (``vllm/plugins/__init__.py``, ``load_general_plugins``): an exception
+here stops every engine of the process, also those that never enable the plugin. So:
+
+* the **config gate** (``VllmConfig.__post_init__``, present on every release from 0.23 on) is installed first,
+  on any release: for a config without ``additional_config["ascend_spec"]`` it only calls vLLM's own code; with
+  the key it checks the settings, then refuses in one line a release the plugin does not support, a Model
+  Runner V2 engine, or a process where installing the hooks failed;
+* the **runner hooks** of the installed release's runner (:mod:`ascend_spec.vllm.v1`) are installed only on a
+  supported release (:mod:`ascend_spec.vllm.releases`), each only where its target exists;
+* nothing escapes: a failure is logged through vLLM's logger (one warning line) and kept for the gate.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from ascend_spec.vllm.config import parse_config
+from ascend_spec.vllm.log import plugin_logger
+from ascend_spec.vllm.releases import installed_vllm_version, refusal, v1_release
+
+_installed = False
+_install_error: str | None = None  # why the runner hooks could not be installed in this process
+
+
+def install() -> None:
+    """Install once per process (vLLM loads plugins in every process, maybe twice); never raises."""
+    global _installed, _install_error
+    if _installed:
+        return
+    _installed = True
+    version = "unknown"
+    try:
+        version = installed_vllm_version()
+        _install_config_gate()
+        release = v1_release(version)
+        if release is not None:
+            from ascend_spec.vllm.v1 import install_v1
+
+            install_v1(release)
+    except Exception as exc:  # noqa: BLE001 - a plugin must not stop an engine that does not enable it
+        _install_error = f"{type(exc).__name__}: {exc}"
+        plugin_logger().warning(
+            "ascend-spec could not install its hooks on vLLM %s (%s); engines without "
+            "additional_config['ascend_spec'] are unaffected, engines with it are refused",
+            version,
+            _install_error,
+        )
+
+
+def check_enabled_config(vllm_config) -> None:  # noqa: ANN001
+    """For a config that enables the plugin: refuse, in one line, what the installed hooks cannot serve."""
+    if _install_error is not None:
+        raise RuntimeError(
+            f"additional_config['ascend_spec'] is set but ascend-spec could not install its hooks on this "
+            f"vLLM ({_install_error}); remove the key"
+        )
+    version = installed_vllm_version()
+    if v1_release(version) is None:
+        raise RuntimeError(refusal(version))
+
+
+def check_runner(vllm_config) -> None:  # noqa: ANN001
+    """After vLLM's own checks: the engine's runner must be one the plugin hooks."""
+    if getattr(vllm_config, "use_v2_model_runner", False):
+        raise RuntimeError(
+            "additional_config['ascend_spec'] is set but this engine runs Model Runner V2, which ascend-spec "
+            "does not hook in this release; set VLLM_USE_V2_MODEL_RUNNER=0 or remove the key"
+        )
+
+
+def _install_config_gate() -> None:
+    from vllm.config import VllmConfig
+
+    VllmConfig.__post_init__ = _gated_post_init(VllmConfig.__post_init__)
+
+
+def _gated_post_init(original: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(original)
+    def __post_init__(self, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        enabled = parse_config(getattr(self, "additional_config", None)) is not None
+        if enabled:
+            check_enabled_config(self)
+        original(self, *args, **kwargs)
+        if enabled:
+            check_runner(self)
+
+    __post_init__._ascend_spec_gate = True
+    return __post_init__
