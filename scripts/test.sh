@@ -1,11 +1,44 @@
 #!/usr/bin/env bash
 # Set up .venv and run the whole test suite: lint, then pytest (reference, Triton under the interpreter,
-# AscendC kernels through the host model, oracles from fla-core and transformers).
+# AscendC kernels through the host model, oracles from fla-core and transformers, the plugin's engine tests on
+# vLLM 0.32.0), then the engine matrix: each other vLLM release in its own .venv-vllm-RELEASE (built in the
+# background while the main suite runs), running the engine tests marked for it (a supported release:
+# `matrix or inert`; any other: `inert`, the plugin installed but not enabled).
+# With arguments, only pytest on .venv runs, with those arguments. ASCEND_SPEC_MATRIX lists the other releases
+# (default "0.30.0 0.27.1"; empty: none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
+matrix="${ASCEND_SPEC_MATRIX-0.30.0 0.27.1}"
+[ "$#" -eq 0 ] || matrix=""
+logs=$(mktemp -d)
+# One after another (each is an editable install of this tree), in the background of the main suite.
+(
+  for release in $matrix; do
+    if bash scripts/setup_env.sh "$release" >"$logs/setup-$release.log" 2>&1; then
+      touch "$logs/ok-$release"
+    fi
+  done
+) &
+setup_pid=$!
 . .venv/bin/activate
 export TRITON_INTERPRET=1 ASCEND_SPEC_CHECKS=1
 ruff check .
 ruff format --check .
 python -m pytest -q "$@"
+[ -n "$matrix" ] || exit 0
+deactivate
+wait "$setup_pid"
+for release in $matrix; do
+  if [ ! -f "$logs/ok-$release" ]; then
+    cat "$logs/setup-$release.log"
+    echo "engine matrix: setting up vLLM $release failed" >&2
+    exit 1
+  fi
+  start=$(date +%s)
+  py=".venv-vllm-$release/bin/python"
+  selection=$("$py" -c "from ascend_spec.vllm.releases import v1_release; print('matrix or inert' if v1_release() else 'inert')")
+  echo "engine matrix: vLLM $release, tests marked '$selection'"
+  "$py" -m pytest -q -m "$selection" tests/vllm
+  echo "engine matrix: vLLM $release took $(($(date +%s) - start)) s"
+done

@@ -59,3 +59,10 @@ def test_every_patch_point_names_its_runner_and_releases() -> None:
         assert point.releases, point.name
         if point.runner == V1_RUNNER:
             assert point.releases == tuple(f"vLLM {v}" for v in V1_RELEASES), point.name
+
+
+def test_docs_list_every_patch_point() -> None:
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[2] / "docs" / "vllm.md").read_text()
+    assert [p.name for p in PATCH_POINTS if f"`{p.name}`" not in docs] == []

@@ -76,6 +76,7 @@ def probe_dense(engine_dir, dense_low_entropy):
     return run_probe(engine_dir / "dspark_probe", dense_low_entropy, plugin={})
 
 
+@pytest.mark.matrix
 def test_dspark_on_qwen3_matches_plain_decoding(probe_dense, plain_dense):
     """Requests of different lengths (LENGTHS) finish at different times; drafts get accepted."""
     assert probe_dense["drafter_class"] == "AscendSpecDSparkProposer"
@@ -140,6 +141,7 @@ def test_markov_head_picks_each_candidate_from_the_previous_one(probe_dense, den
     assert changed > 0, "the Markov bias never changed a greedy choice: the test cannot tell it was applied"
 
 
+@pytest.mark.matrix
 def test_dspark_on_the_qwen35_hybrid_matches_plain(engine_dir, hybrid_low_entropy):
     """Ragged GDN verification of part 1 under DSpark drafts (bf16 tie rule of part 1)."""
     plain = run(engine_dir, hybrid_low_entropy, logprobs=True)

@@ -104,6 +104,7 @@ def _check_score_kind(stats: dict, method: str) -> None:
 
 
 @pytest.mark.parametrize("method", ["dflash", "dspark"])
+@pytest.mark.matrix
 def test_dynamic_on_qwen3_matches_plain_with_ragged_and_zero_draft_requests(
     engine_dir, tmp_path, dense_low_entropy, plain_dense, method
 ):

@@ -61,26 +61,10 @@ def _gdn_bytes_per_request(models, k: int, plugin: bool) -> int:
     return layers * (1 + k) * (channels * (w - 1 + k) * 2 + ssm)
 
 
-# ------------------------------------------------------------------------------------------- inert when off
-
-
-def test_installed_but_not_enabled_is_vllm_without_the_package(
-    engine_dir, hybrid, dense_low_entropy, plain_hybrid
-):
-    without = run(engine_dir, hybrid, env={"VLLM_PLUGINS": "none-of-them"})
-    assert without.tokens == plain_hybrid.tokens
-    assert without.kv_cache_layout == plain_hybrid.kv_cache_layout
-    spec = speculative("dflash", dense_low_entropy)
-    installed = run(engine_dir, dense_low_entropy, speculative=spec)
-    absent = run(engine_dir, dense_low_entropy, speculative=spec, env={"VLLM_PLUGINS": "none-of-them"})
-    assert installed.tokens == absent.tokens
-    assert installed.kv_cache_layout == absent.kv_cache_layout
-    assert installed.num_accepted == absent.num_accepted
-
-
 # ------------------------------------------------------------------------------- ragged GDN verification
 
 
+@pytest.mark.matrix
 def test_ngram_on_hybrid_matches_plain_where_upstream_breaks(engine_dir, hybrid_low_entropy, plain_hybrid_le):
     """ngram drafts 0..K tokens per request and step; with real acceptance the next step is often shorter than
     the accepted count of the last one, which upstream's CPU GDN spec path cannot handle (crash or wrong tokens)."""
@@ -121,6 +105,7 @@ def test_ngram_on_random_hybrid_matches_plain_up_to_bf16_ties(engine_dir, hybrid
     assert ours.num_drafts > 0
 
 
+@pytest.mark.matrix
 def test_dflash_on_hybrid_one_state_slot_per_request(engine_dir, hybrid_low_entropy, plain_hybrid_le):
     spec = speculative("dflash", hybrid_low_entropy)
     upstream = run(engine_dir, hybrid_low_entropy, speculative=spec)
@@ -142,6 +127,7 @@ def test_mtp_on_hybrid_matches_plain(engine_dir, hybrid_low_entropy, plain_hybri
 
 
 @pytest.mark.parametrize("method", ["dflash", "ngram"])
+@pytest.mark.matrix
 def test_dense_target_matches_plain(engine_dir, dense_low_entropy, plain_dense_le, method):
     ours = run(
         engine_dir, dense_low_entropy, speculative=speculative(method, dense_low_entropy), plugin=PLUGIN
