@@ -20,6 +20,13 @@ __all__ = ["AscendSpecConfig", "parse_config", "register"]
 
 def register() -> None:
     """Entry point: install the plugin's gate and hooks (idempotent; never raises; inert without the key)."""
-    from ascend_spec.vllm.install import install
+    try:
+        from ascend_spec.vllm.install import install
+    except Exception as exc:  # noqa: BLE001 - vLLM calls plugins unguarded: never stop its engines
+        from ascend_spec.vllm.log import plugin_logger
 
+        plugin_logger().warning(
+            "ascend-spec could not be imported (%s: %s); it is not installed", type(exc).__name__, exc
+        )
+        return
     install()
