@@ -11,6 +11,10 @@ request each drafter runs) and an acceptance curve for one drafter. For each bat
 Costs are read after padding to the graph buckets; cells that needed the eager extrapolation above the largest
 bucket are marked ``*``. By construction the dynamic row is never below the best fixed K (fixed K is one of the
 budgets it considers) nor below plain decoding (it may choose not to speculate); the report checks both.
+
+``--class CURVE:SHARE`` (repeatable) plans a batch of request classes instead of one curve: the survival matrix's
+rows come from each class by its share (rules: :mod:`ascend_spec.graph.plan_classes`), and the report adds each
+class's rows and the dynamic plan's mean drafts per request of that class.
 """
 
 from __future__ import annotations
