@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ascend_spec import cli
@@ -103,6 +103,8 @@ def test_rows_rule():
     st.lists(st.floats(0.01, 1.0), min_size=1, max_size=5),
     st.integers(1, 600),
 )
+@example(weights=[0.01, 0.01, 1.0], batch=3)  # largest remainder alone leaves two classes without a row
+@example(weights=[0.01, 1.0, 1.0, 1.0], batch=40)
 def test_rows_sum_to_the_batch_and_follow_the_shares(weights, batch):
     total = sum(weights)
     classes = tuple(
