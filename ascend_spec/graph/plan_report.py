@@ -11,6 +11,10 @@ request each drafter runs) and an acceptance curve for one drafter. For each bat
 Costs are read after padding to the graph buckets; cells that needed the eager extrapolation above the largest
 bucket are marked ``*``. By construction the dynamic row is never below the best fixed K (fixed K is one of the
 budgets it considers) nor below plain decoding (it may choose not to speculate); the report checks both.
+
+``--class CURVE:SHARE`` (repeatable) plans a batch of request classes instead of one curve: the survival matrix's
+rows come from each class by its share (rules: :mod:`ascend_spec.graph.plan_classes`), and the report adds each
+class's rows and the dynamic plan's mean drafts per request of that class.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ascend_spec.cli_args import (
     CommandError,
@@ -43,6 +49,14 @@ from ascend_spec.graph.config_io import (
 )
 from ascend_spec.graph.controller import BudgetController
 from ascend_spec.graph.cost_profile import CostProfile
+from ascend_spec.graph.plan_classes import (
+    ClassBatch,
+    ClassMix,
+    build_mix,
+    class_arg,
+    class_batches,
+    class_rows,
+)
 
 PLAN_PROFILE_FORMAT = "ascend-spec/plan-profile/v1"
 DEFAULT_PROFILE = "talk_ascend910b"
@@ -156,54 +170,69 @@ class BatchPlan:
 def evaluate(
     profile: PlanProfile, curve: AcceptanceCurve, batch_sizes: list[int], max_drafts: int | None = None
 ) -> list[BatchPlan]:
-    if curve.drafter not in profile.drafters:
+    drafter = plan_drafter(profile, curve.drafter)
+    k_max = check_max_drafts(curve.max_drafts, max_drafts)
+    return [evaluate_batch(profile, drafter, curve.survival_matrix(b, k_max))[0] for b in batch_sizes]
+
+
+def plan_drafter(profile: PlanProfile, name: str) -> Drafter:
+    """The profile's drafter ``name`` (the one whose acceptance is planned), else a ValueError naming both."""
+    if name not in profile.drafters:
         raise ValueError(
-            f"the acceptance curve is for drafter {curve.drafter!r}, but the profile has costs only for "
+            f"the acceptance curve is for drafter {name!r}, but the profile has costs only for "
             f"{sorted(profile.drafters)}"
         )
-    drafter = profile.drafters[curve.drafter]
-    k_max = curve.max_drafts if max_drafts is None else max_drafts
-    if not 1 <= k_max <= curve.max_drafts:
-        raise ValueError(f"max_drafts must be in [1, {curve.max_drafts}] for this curve; got {k_max}")
+    return profile.drafters[name]
+
+
+def check_max_drafts(curve_max: int, max_drafts: int | None) -> int:
+    """The largest K planned: ``max_drafts``, or the curve's length when None (refused above it)."""
+    k_max = curve_max if max_drafts is None else max_drafts
+    if not 1 <= k_max <= curve_max:
+        raise ValueError(f"max_drafts must be in [1, {curve_max}] for this curve; got {k_max}")
+    return k_max
+
+
+def evaluate_batch(profile: PlanProfile, drafter: Drafter, surv: torch.Tensor) -> tuple[BatchPlan, list[int]]:
+    """Plain, every fixed K and the dynamic plan on one batch's survival matrix ``surv [B, K]`` (float64), and
+    the dynamic plan's drafts verified per request (row order of ``surv``; all 0 when it plans plain decoding)."""
+    b, k_max = surv.shape
     v = profile.target
-    out = []
-    for b in batch_sizes:
-        surv = curve.survival_matrix(b, k_max)
-        plain_lookup = v.lookup(b)
-        plain = Cell(b / plain_lookup.cost * 1e3, plain_lookup.eager, {"cost_ms": plain_lookup.cost})
-        fixed = {}
-        for k in range(1, k_max + 1):
-            tokens = b + float(surv[:, :k].sum())
-            vl = v.lookup(b + b * k)
-            dcost = drafter.cost(b, k)
-            fixed[k] = Cell(tokens / (dcost + vl.cost) * 1e3, vl.eager, {"cost_ms": dcost + vl.cost})
-        best: Cell | None = None
-        for kd in range(1, k_max + 1):
-            ctl = BudgetController(
-                drafter.cost_profile(kd),
-                v,
-                max_drafts=kd,
-                draft_tokens_per_request=drafter.tokens_per_request(kd),
-            )
-            plan = ctl.plan(surv[:, :kd])
-            eager = plan.target_bucket is None
-            cell = Cell(
-                plan.tokens_per_second,
-                eager,
-                {
-                    "depth": kd if plan.speculate else 0,
-                    "total_budget": plan.total_budget,
-                    "target_tokens": plan.target_tokens,
-                    "target_bucket": plan.target_bucket,
-                    "cost_ms": plan.expected_cost,
-                    "expected_tokens": float(plan.expected_tokens),
-                },
-            )
-            if best is None or cell.tokens_per_s > best.tokens_per_s:
-                best = cell
-        assert best is not None
-        out.append(BatchPlan(b, plain, fixed, best))
-    return out
+    plain_lookup = v.lookup(b)
+    plain = Cell(b / plain_lookup.cost * 1e3, plain_lookup.eager, {"cost_ms": plain_lookup.cost})
+    fixed = {}
+    for k in range(1, k_max + 1):
+        tokens = b + float(surv[:, :k].sum())
+        vl = v.lookup(b + b * k)
+        dcost = drafter.cost(b, k)
+        fixed[k] = Cell(tokens / (dcost + vl.cost) * 1e3, vl.eager, {"cost_ms": dcost + vl.cost})
+    best: Cell | None = None
+    best_lengths: list[int] = []
+    for kd in range(1, k_max + 1):
+        ctl = BudgetController(
+            drafter.cost_profile(kd),
+            v,
+            max_drafts=kd,
+            draft_tokens_per_request=drafter.tokens_per_request(kd),
+        )
+        plan = ctl.plan(surv[:, :kd])
+        eager = plan.target_bucket is None
+        cell = Cell(
+            plan.tokens_per_second,
+            eager,
+            {
+                "depth": kd if plan.speculate else 0,
+                "total_budget": plan.total_budget,
+                "target_tokens": plan.target_tokens,
+                "target_bucket": plan.target_bucket,
+                "cost_ms": plan.expected_cost,
+                "expected_tokens": float(plan.expected_tokens),
+            },
+        )
+        if best is None or cell.tokens_per_s > best.tokens_per_s:
+            best, best_lengths = cell, [int(n) for n in plan.num_drafts.tolist()]
+    assert best is not None
+    return BatchPlan(b, plain, fixed, best), best_lengths
 
 
 def check_dominance(plans: list[BatchPlan], *, rel_tol: float = 1e-9) -> list[str]:
@@ -225,7 +254,9 @@ def _ratio(num: float, den: float, digits: int) -> str:
     return f"{num / den:.{digits}f}x" if den > 0 and math.isfinite(den) else "n/a"
 
 
-def format_table(plans: list[BatchPlan]) -> str:
+def format_table(plans: list[BatchPlan], extra_rows: list[list[str]] | None = None) -> str:
+    """The plan table; ``extra_rows`` (label, then one cell per batch size) are appended (the per-class rows)."""
+
     def cell(c: Cell) -> str:
         return f"{c.tokens_per_s:.0f}{'*' if c.eager else ''}"
 
@@ -242,6 +273,7 @@ def format_table(plans: list[BatchPlan]) -> str:
     rows.append(
         ["  dyn/best K"] + [_ratio(p.dynamic.tokens_per_s, p.best_fixed[1].tokens_per_s, 3) for p in plans]
     )
+    rows.extend(extra_rows or [])
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     lines = [
         "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths)))
@@ -280,11 +312,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PROFILE.json",
         help=f"plan profile file or shipped name in configs/profiles/ (default {DEFAULT_PROFILE})",
     )
-    parser.add_argument(
+    curves = parser.add_mutually_exclusive_group()
+    curves.add_argument(
         "--acceptance",
-        default=DEFAULT_CURVE,
+        default=None,
         metavar="CURVE.json",
         help=f"acceptance curve file or shipped name in configs/acceptance/ (default {DEFAULT_CURVE})",
+    )
+    curves.add_argument(
+        "--class",
+        dest="classes",
+        type=class_arg,
+        action="append",
+        default=None,
+        metavar="CURVE:SHARE",
+        help="one request class: its acceptance curve (file or shipped name) and its share of the batch; "
+        "repeat per class (shares > 0, summing to 1); the batch's rows come from each class",
     )
     parser.add_argument(
         "--batch-sizes",
@@ -315,54 +358,120 @@ def _origin_summary(profile: CostProfile) -> str:
     return ", ".join(f"{n} {origin}" for origin, n in counts.items())
 
 
+def evaluate_classes(
+    profile: PlanProfile, mix: ClassMix, batch_sizes: list[int], max_drafts: int | None = None
+) -> tuple[list[BatchPlan], list[list[ClassBatch]]]:
+    """:func:`evaluate` for a batch of request classes (rules: :mod:`ascend_spec.graph.plan_classes`): the plans
+    and, per batch size, each class's rows, fixed-K tokens per request and dynamic lengths."""
+    drafter = plan_drafter(profile, mix.drafter)
+    k_max = check_max_drafts(mix.max_drafts, max_drafts)
+    plans, per_class = [], []
+    for b in batch_sizes:
+        surv, counts = mix.survival_matrix(b, k_max)
+        plan, lengths = evaluate_batch(profile, drafter, surv)
+        plans.append(plan)
+        per_class.append(class_batches(mix, surv, counts, lengths))
+    return plans, per_class
+
+
+def _load_mix(args: argparse.Namespace) -> ClassMix:
+    specs = []
+    for c in args.classes:
+        try:
+            path = _configs_path(c.curve, "acceptance")
+            specs.append((f"{c.curve}:{c.share:g}", str(path), load_curve(path), c.share))
+        except (ValueError, FileNotFoundError) as e:
+            raise ValueError(f"--class {c.curve}:{c.share:g}: {e}") from None
+    mix = build_mix(specs)
+    if min(args.batch_sizes) < len(mix.classes):
+        raise ValueError(
+            f"--batch-sizes {min(args.batch_sizes)}: every batch size must be >= the number of --class "
+            f"arguments ({len(mix.classes)}), so that each class has a request"
+        )
+    return mix
+
+
 def run(args: argparse.Namespace) -> int:
     check_distinct_outputs(json=args.json, plot=args.plot)
     if args.plot is not None:
         check_plot_path(args.plot)
+    mix: ClassMix | None = None
+    per_class: list[list[ClassBatch]] = []
     try:
         profile_path = _configs_path(args.profile, "profiles")
-        curve_path = _configs_path(args.acceptance, "acceptance")
         profile = load_plan_profile(profile_path)
-        curve = load_curve(curve_path)
-        plans = evaluate(profile, curve, list(args.batch_sizes), args.max_drafts)
+        if args.classes:
+            mix = _load_mix(args)
+            plans, per_class = evaluate_classes(profile, mix, list(args.batch_sizes), args.max_drafts)
+        else:
+            curve_path = _configs_path(args.acceptance or DEFAULT_CURVE, "acceptance")
+            curve = load_curve(curve_path)
+            plans = evaluate(profile, curve, list(args.batch_sizes), args.max_drafts)
     except (ValueError, FileNotFoundError) as e:
         raise CommandError(str(e)) from None
+    k = len(plans[0].fixed)
     print(f"profile: {profile.label} ({profile_path})")
-    print(f"acceptance: {curve.label} ({curve_path})")
-    drafter = profile.drafters[curve.drafter]
+    if mix is None:
+        print(f"acceptance: {curve.label} ({curve_path})")
+        drafter_name, means = curve.drafter, {"": curve.mean_survival()[:k]}
+    else:
+        print(f"request classes ({len(mix.classes)}; rows per batch by the rule of docs/controller.md):")
+        for c in mix.classes:
+            print(f"  {c.name}: share {c.share:.4g}; {c.curve.label} ({c.path})")
+        drafter_name = mix.drafter
+        means = {c.name: c.curve.mean_survival()[:k] for c in mix.classes}
+    drafter = profile.drafters[drafter_name]
     print(
-        f"target cost points: {_origin_summary(profile.target)}; {curve.drafter} drafter: "
+        f"target cost points: {_origin_summary(profile.target)}; {drafter_name} drafter: "
         f"{_origin_summary(drafter.profile)}"
     )
-    mean = curve.mean_survival()
-    print("mean survival p_1..p_K: " + ", ".join(f"{p:.3f}" for p in mean[: len(plans[0].fixed)]))
+    for name, mean in means.items():
+        print(
+            f"mean survival p_1..p_K{' of ' + name if name else ''}: " + ", ".join(f"{p:.3f}" for p in mean)
+        )
     print("expected tokens/s (* = a cost above the largest graph bucket, extrapolated eager):")
-    print(format_table(plans))
+    print(format_table(plans, class_rows(per_class) if mix is not None else None))
+    if mix is not None:
+        print(
+            "(per class: its requests in the batch, and the mean drafts verified per request in the dynamic plan)"
+        )
     bad = check_dominance(plans)
     if bad:
         print("CHECK FAILED: " + "; ".join(bad))
         return 1
     print("check: at every batch size the dynamic row >= the best fixed K and >= plain decoding")
     if args.explain is not None:
-        k = len(plans[0].fixed)
         ctl = BudgetController(
             drafter.cost_profile(k),
             profile.target,
             max_drafts=k,
             draft_tokens_per_request=drafter.tokens_per_request(k),
         )
-        print(ctl.explain(args.explain, mean[:k]).format())
+        for name, mean in means.items():
+            if name:
+                print(f"class {name}:")
+            print(ctl.explain(args.explain, mean).format())
     if args.json:
-        data = {
-            "profile": str(profile_path),
-            "acceptance": str(curve_path),
-            "plans": [asdict(p) for p in plans],
-        }
+        data: dict[str, Any] = {"profile": str(profile_path)}
+        if mix is None:
+            data["acceptance"] = str(curve_path)
+        else:
+            data["classes"] = [
+                {"name": c.name, "acceptance": c.path, "label": c.curve.label, "share": c.share}
+                for c in mix.classes
+            ]
+        data["plans"] = [asdict(p) for p in plans]
+        if mix is not None:
+            data["class_plans"] = [
+                {"batch_size": p.batch_size, "classes": [asdict(c) for c in cb]}
+                for p, cb in zip(plans, per_class)
+            ]
         with writing("--json", args.json):
             args.json.write_text(json.dumps(data, indent=2) + "\n")
         print(f"wrote {args.json}")
     if args.plot:
+        title = curve.label if mix is None else " + ".join(f"{c.share:.3g} {c.name}" for c in mix.classes)
         with writing("--plot", args.plot):
-            plot(plans, args.plot, f"{profile.label} / {curve.label}")
+            plot(plans, args.plot, f"{profile.label} / {title}")
         print(f"wrote {args.plot}")
     return 0
