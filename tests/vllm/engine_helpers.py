@@ -39,7 +39,15 @@ def run(engine_dir: Path, models: TinyModels, **kwargs) -> EngineRun:
     """One engine on PROMPTS/LENGTHS (overridable); spec fields and run_engine arguments in kwargs."""
     spec_fields = {
         k: kwargs.pop(k)
-        for k in ("speculative", "plugin", "max_num_seqs", "kv_cache_bytes", "async_scheduling", "extra")
+        for k in (
+            "speculative",
+            "plugin",
+            "max_num_seqs",
+            "kv_cache_bytes",
+            "async_scheduling",
+            "runner",
+            "extra",
+        )
         if k in kwargs
     }
     env = kwargs.pop("env", None)
