@@ -173,14 +173,14 @@ def test_interpreter_gaps_are_closed_against_torch(tmp_path):
 # ------------------------------------------------------------------------------------------------- engines
 
 
-def _run(engine_dir, models, runner: str, method: str | None = None):
+def _run(engine_dir, models, runner: str, method: str | None = None, env: dict | None = None):
     kwargs = {"speculative": speculative(method, models)} if method else {}
     return run(
         engine_dir,
         models,
         prompts=V2_PROMPTS,
         max_tokens=V2_LENGTHS,
-        env=ONE_OMP_THREAD,
+        env={**ONE_OMP_THREAD, **(env or {})},
         runner=runner,
         **kwargs,
     )
@@ -221,3 +221,14 @@ def test_v2_on_qwen35_hybrid_matches_v1_plain(engine_dir, hybrid_low_entropy, v1
         assert (
             v2.gdn_slots_per_request == 1 + speculative(method, hybrid_low_entropy)["num_speculative_tokens"]
         )
+
+
+def test_v2_with_the_package_installed_is_v2_without_it(engine_dir, hybrid_low_entropy, v1_plain_hybrid):
+    """The harness changes how vLLM runs, not what the package adds: with the plugin not enabled, V2 on the
+    hybrid gives the tokens, KV-cache layout and acceptance of V2 with no vLLM plugin loaded."""
+    installed = _run(engine_dir, hybrid_low_entropy, "v2", "ngram")
+    absent = _run(engine_dir, hybrid_low_entropy, "v2", "ngram", env={"VLLM_PLUGINS": "none-of-them"})
+    assert installed.runner == absent.runner == "v2"
+    assert installed.tokens == absent.tokens == v1_plain_hybrid.tokens
+    assert installed.kv_cache_layout == absent.kv_cache_layout
+    assert (installed.num_drafts, installed.num_accepted) == (absent.num_drafts, absent.num_accepted)
