@@ -36,7 +36,14 @@ class EngineSpec:
     max_model_len: int = 512
     kv_cache_bytes: int = 64 << 20
     async_scheduling: bool = False  # V1's async scheduling (on a CPU-only machine through cpu_async)
+    runner: str = "v1"  # vLLM's model runner, "v1" or "v2" (Model Runner V2; CPU-only: through cpu_v2)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from ascend_spec.e2e.cpu_v2 import RUNNERS
+
+        if self.runner not in RUNNERS:
+            raise ValueError(f"EngineSpec.runner must be one of {RUNNERS}, got {self.runner!r}")
 
     def engine_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(
@@ -83,6 +90,7 @@ class EngineRun:
     gdn_slots_per_request: int | None = None
     kv_cache_layout: list = field(default_factory=list)
     dynamic: dict | None = None  # dynamic verification's counters (ascend_spec.vllm.dynamic.DynamicStats)
+    runner: str | None = None  # the runner the worker built ("v1"/"v2"): V2 can fall back to V1 silently
     cpus: list[int] = field(
         default_factory=list
     )  # the logical CPUs the engine process could run on (timed runs)
@@ -198,9 +206,19 @@ def engine_sampling(
     ]
 
 
+def _select_runner(spec: EngineSpec) -> None:
+    """V2 is selected (and on a CPU-only machine made to run, cpu_v2) before vLLM is imported: Triton's
+    interpreter and vLLM's ``HAS_TRITON`` are decided at import."""
+    if spec.runner != "v1":
+        from ascend_spec.e2e.cpu_v2 import select_model_runner
+
+        select_model_runner(spec.runner)
+
+
 def start_engine(spec: EngineSpec, prompts: list[list[int]], *, warmup: bool = True):  # noqa: ANN201
     """The in-process engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), warmed up on the first prompt."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    _select_runner(spec)
     import torch
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
@@ -242,6 +260,9 @@ def collect_counters(llm, run: EngineRun, before: dict, after: dict) -> None:  #
     ]
     run.kv_cache_layout = llm.collective_rpc(kv_cache_layout)[0]
     run.dynamic = llm.collective_rpc(_dynamic_stats)[0]
+    from ascend_spec.e2e.cpu_v2 import runner_in_use
+
+    run.runner = llm.collective_rpc(runner_in_use)[0]
     state = llm.collective_rpc(gdn_state_per_request)[0]
     if state is not None:
         run.gdn_state_bytes_per_request, run.gdn_slots_per_request = state
@@ -277,6 +298,7 @@ def run_engine(
     repeats: int = 1,
 ) -> EngineRun:
     """Start the engine, decode ``prompts`` (token ids) and shut it down; an engine error is returned, not raised."""
+    _select_runner(spec)
     from vllm.inputs import TokensPrompt
 
     lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)

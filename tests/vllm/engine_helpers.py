@@ -40,7 +40,15 @@ def run(engine_dir: Path, models: TinyModels, *, allow_error: bool = False, **kw
     error fails the test unless ``allow_error`` (then it is in the result's ``error``)."""
     spec_fields = {
         k: kwargs.pop(k)
-        for k in ("speculative", "plugin", "max_num_seqs", "kv_cache_bytes", "async_scheduling", "extra")
+        for k in (
+            "speculative",
+            "plugin",
+            "max_num_seqs",
+            "kv_cache_bytes",
+            "async_scheduling",
+            "runner",
+            "extra",
+        )
         if k in kwargs
     }
     env = kwargs.pop("env", None)
