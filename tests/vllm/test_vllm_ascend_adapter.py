@@ -24,6 +24,7 @@ from vllm.v1.worker import gpu_model_runner  # noqa: E402
 from ascend_spec.graph.controller import BudgetController  # noqa: E402
 from ascend_spec.graph.cost_profile import CostProfile  # noqa: E402
 from ascend_spec.ops import allocate_verify_budget  # noqa: E402
+from ascend_spec.vllm import gdn_setup  # noqa: E402
 from ascend_spec.vllm.ascend import is_npu_runner, vllm_ascend_importable  # noqa: E402
 from ascend_spec.vllm.ascend.verify_scheduler import AscendSpecDynamicSpec  # noqa: E402
 from ascend_spec.vllm.ascend.version import VLLM_ASCEND_COMMIT  # noqa: E402
@@ -63,7 +64,7 @@ def isolated_plugin(monkeypatch: pytest.MonkeyPatch):
     from vllm.model_executor.custom_op import op_registry_oot
 
     saved_oot = dict(op_registry_oot)
-    monkeypatch.setattr(v1_runner, "_gdn_registered", False)
+    monkeypatch.setattr(gdn_setup, "_gdn_registered", False)
     monkeypatch.setattr(
         gpu_model_runner.GPUModelRunner,
         "__init__",

@@ -16,6 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ascend_spec.vllm.config import AscendSpecConfig, parse_config
+from ascend_spec.vllm.gdn_setup import (
+    check_gdn_engine,
+    flush_slots,
+    gdn_layers,
+    mamba_group,
+    package_version,
+    register_gdn_layer,
+)
 from ascend_spec.vllm.log import plugin_logger
 from ascend_spec.vllm.releases import VllmRelease, check_supported, installed_vllm_version
 
@@ -42,7 +50,7 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         # An engine step must not pay the ops' value checks (host syncs, on by default for CPU tensors): off
         # in engine processes unless the user sets ASCEND_SPEC_CHECKS (the tests set it to 1).
         os.environ.setdefault("ASCEND_SPEC_CHECKS", "0")
-        _register_gdn_layer(npu=npu)
+        register_gdn_layer(npu=npu)
         from vllm.v1.worker import gpu_model_runner
 
         upstream = gpu_model_runner.DFlashProposer
@@ -89,66 +97,7 @@ def _check_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN
         from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
 
         check_dynamic_engine(vllm_config, settings.dynamic.mode)
-    if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
-        return
-    if vllm_config.speculative_config is None:
-        return
-    if vllm_config.scheduler_config.async_scheduling:
-        raise ValueError(
-            "additional_config['ascend_spec']['gdn_verify'] on a hybrid target needs synchronous scheduling in "
-            "this release (the GDN flush reads the accepted counts on the host); start the engine with "
-            "async_scheduling=False (--no-async-scheduling) or set 'gdn_verify': false"
-        )
-    if vllm_config.cache_config.mamba_cache_mode != "none":
-        raise ValueError(
-            "additional_config['ascend_spec']['gdn_verify'] needs mamba_cache_mode='none' "
-            f"(enable_prefix_caching=False); got {vllm_config.cache_config.mamba_cache_mode!r}"
-        )
-
-
-_gdn_registered = False
-
-
-def _register_gdn_layer(*, npu: bool = False) -> None:
-    global _gdn_registered
-    if _gdn_registered:
-        return
-    from vllm.model_executor.custom_op import PluggableLayer, op_registry_oot
-
-    if npu:
-        from ascend_spec.vllm.ascend.gdn import AscendSpecNPUGDNAttention as layer_cls
-    else:
-        from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention as layer_cls
-
-    if "QwenGatedDeltaNetAttention" not in op_registry_oot:
-        PluggableLayer.register_oot(layer_cls, name="QwenGatedDeltaNetAttention")
-    _gdn_registered = True
-
-
-def gdn_layers(runner) -> list:  # noqa: ANN001
-    """The runner's GDN layers that verify with the plugin (found once the model is loaded, then kept)."""
-    from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
-
-    cached = runner.__dict__.get("_ascend_spec_gdn_layers")
-    if cached is not None:
-        return cached
-    layers = [
-        layer
-        for layer in runner.compilation_config.static_forward_context.values()
-        if isinstance(layer, AscendSpecGDNAttention) and layer.ascend_spec is not None
-    ]
-    if layers:  # before load_model the context is empty: look again next time
-        runner._ascend_spec_gdn_layers = layers
-    return layers
-
-
-def _mamba_group(runner) -> int | None:  # noqa: ANN001
-    from vllm.v1.kv_cache_interface import MambaSpec
-
-    for i, group in enumerate(runner.kv_cache_config.kv_cache_groups):
-        if isinstance(group.kv_cache_spec, MambaSpec):
-            return i
-    return None
+    check_gdn_engine(vllm_config, settings)
 
 
 def _install_runner_hooks(runner) -> None:  # noqa: ANN001
@@ -173,7 +122,7 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
         logger.info(
             "ascend-spec %s on vLLM %s: %d GDN layers verify ragged drafts on one state slot per request; "
             "drafter %s; %s",
-            _package_version(),
+            package_version(),
             installed_vllm_version(),
             len(layers),
             type(drafter).__name__ if drafter is not None else "none",
@@ -183,12 +132,6 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
 
     runner._update_states = types.MethodType(_update_states_with_flush, runner)
     runner.load_model = types.MethodType(_load_model_with_log, runner)
-
-
-def _package_version() -> str:
-    from ascend_spec import __version__
-
-    return __version__
 
 
 def _flush_leaving_requests(runner, scheduler_output) -> None:  # noqa: ANN001
@@ -204,11 +147,9 @@ def _flush_leaving_requests(runner, scheduler_output) -> None:  # noqa: ANN001
     rows = [row for rid, row in batch.req_id_to_index.items() if rid in finished or rid not in scheduled]
     if not rows:
         return
-    gid = _mamba_group(runner)
+    gid = mamba_group(runner)
     if gid is None:
         return
-    slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, 0].copy()).to(torch.int32)
-    accepted = torch.from_numpy(batch.num_accepted_tokens_cpu[rows].copy()).to(torch.int32)
-    device = layers[0].kv_cache[1].device
-    for layer in layers:
-        layer.flush(slots.to(device), accepted.to(device))
+    slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, 0].copy())
+    accepted = torch.from_numpy(batch.num_accepted_tokens_cpu[rows].copy())
+    flush_slots(layers, slots, accepted)

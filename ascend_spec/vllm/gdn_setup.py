@@ -1,0 +1,96 @@
+"""The GDN wiring every runner shares: the layer registration, the engine checks, the layers of a runner, the
+mamba group and the flush of leaving requests' records.
+
+Model Runner V1 (:mod:`ascend_spec.vllm.v1.runner`) and V2 (:mod:`ascend_spec.vllm.v2.runner`) build the same
+layer (:mod:`ascend_spec.vllm.gdn_layer`) and differ only in where a leaving request's state slot and accepted
+count are read: V1 from its persistent batch on the host, V2 from its request states on the device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ascend_spec.vllm.config import AscendSpecConfig
+
+_gdn_registered = False
+
+
+def register_gdn_layer(*, npu: bool = False) -> None:
+    """Make vLLM build the plugin's GDN layer (once per process; before the first model is built)."""
+    global _gdn_registered
+    if _gdn_registered:
+        return
+    from vllm.model_executor.custom_op import PluggableLayer, op_registry_oot
+
+    if npu:
+        from ascend_spec.vllm.ascend.gdn import AscendSpecNPUGDNAttention as layer_cls
+    else:
+        from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention as layer_cls
+
+    if "QwenGatedDeltaNetAttention" not in op_registry_oot:
+        PluggableLayer.register_oot(layer_cls, name="QwenGatedDeltaNetAttention")
+    _gdn_registered = True
+
+
+def check_gdn_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
+    """Engine settings ragged GDN verification needs, refused with the setting to change."""
+    if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
+        return
+    if vllm_config.speculative_config is None:
+        return
+    if vllm_config.scheduler_config.async_scheduling:
+        raise ValueError(
+            "additional_config['ascend_spec']['gdn_verify'] on a hybrid target needs synchronous scheduling in "
+            "this release (the GDN flush reads the accepted counts on the host); start the engine with "
+            "async_scheduling=False (--no-async-scheduling) or set 'gdn_verify': false"
+        )
+    if vllm_config.cache_config.mamba_cache_mode != "none":
+        raise ValueError(
+            "additional_config['ascend_spec']['gdn_verify'] needs mamba_cache_mode='none' "
+            f"(enable_prefix_caching=False); got {vllm_config.cache_config.mamba_cache_mode!r}"
+        )
+
+
+def gdn_layers(runner) -> list:  # noqa: ANN001
+    """The runner's GDN layers that verify with the plugin (found once the model is loaded, then kept)."""
+    from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
+
+    cached = runner.__dict__.get("_ascend_spec_gdn_layers")
+    if cached is not None:
+        return cached
+    layers = [
+        layer
+        for layer in runner.compilation_config.static_forward_context.values()
+        if isinstance(layer, AscendSpecGDNAttention) and layer.ascend_spec is not None
+    ]
+    if layers:  # before load_model the context is empty: look again next time
+        runner._ascend_spec_gdn_layers = layers
+    return layers
+
+
+def mamba_group(runner) -> int | None:  # noqa: ANN001
+    """The index of the runner's first KV-cache group of mamba (GDN) state, or None."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    for i, group in enumerate(runner.kv_cache_config.kv_cache_groups):
+        if isinstance(group.kv_cache_spec, MambaSpec):
+            return i
+    return None
+
+
+def flush_slots(layers: list, slots: torch.Tensor, accepted: torch.Tensor) -> None:
+    """Commit the pending records of ``slots`` (one state slot per leaving request, with its last accepted
+    count) in every GDN layer."""
+    if not layers or slots.numel() == 0:
+        return
+    device = layers[0].kv_cache[1].device
+    slots = slots.to(device=device, dtype=torch.int32)
+    accepted = accepted.to(device=device, dtype=torch.int32)
+    for layer in layers:
+        layer.flush(slots, accepted)
+
+
+def package_version() -> str:
+    from ascend_spec import __version__
+
+    return __version__
