@@ -5,10 +5,12 @@ here stops every engine of the process, also those that never enable the plugin.
 
 * the **config gate** (``VllmConfig.__post_init__``, present on every release from 0.23 on) is installed first,
   on any release: for a config without ``additional_config["ascend_spec"]`` it only calls vLLM's own code; with
-  the key it checks the settings, then refuses in one line a release the plugin does not support, a Model
-  Runner V2 engine, or a process where installing the hooks failed;
-* the **runner hooks** of the installed release's runner (:mod:`ascend_spec.vllm.v1`) are installed only on a
-  supported release (:mod:`ascend_spec.vllm.releases`), each only where its target exists;
+  the key it checks the settings, then refuses in one line a release the plugin does not support, an engine
+  whose runner (Model Runner V1 or V2) is not hooked on this release, or a process where installing the hooks
+  failed;
+* the **runner hooks** of each runner the installed release is listed for (:mod:`ascend_spec.vllm.releases`):
+  V1's (:mod:`ascend_spec.vllm.v1`) and V2's (:mod:`ascend_spec.vllm.v2`), each only where its targets exist;
+  a failure of V2's hooks refuses V2 engines only;
 * nothing escapes: a failure is logged through vLLM's logger (one warning line) and kept for the gate.
 """
 
@@ -19,10 +21,12 @@ from collections.abc import Callable
 
 from ascend_spec.vllm.config import parse_config
 from ascend_spec.vllm.log import plugin_logger
-from ascend_spec.vllm.releases import installed_vllm_version, refusal, v1_release
+from ascend_spec.vllm.releases import installed_vllm_version, refusal, supported_line, v1_release, v2_release
 
 _installed = False
 _install_error: str | None = None  # why the runner hooks could not be installed in this process
+_v2_installed = False  # Model Runner V2's hooks are installed in this process
+_v2_error: str | None = None  # why they could not be
 
 
 def install() -> None:
@@ -40,6 +44,7 @@ def install() -> None:
             from ascend_spec.vllm.v1 import install_v1
 
             install_v1(release)
+        _install_v2(version)
     except Exception as exc:  # noqa: BLE001 - a plugin must not stop an engine that does not enable it
         _install_error = f"{type(exc).__name__}: {exc}"
         plugin_logger().warning(
@@ -47,6 +52,27 @@ def install() -> None:
             "additional_config['ascend_spec'] are unaffected, engines with it are refused",
             version,
             _install_error,
+        )
+
+
+def _install_v2(version: str) -> None:
+    """Model Runner V2's hooks on a release listed for V2; a failure refuses V2 engines only (logged once)."""
+    global _v2_installed, _v2_error
+    release = v2_release(version)
+    if release is None:
+        return
+    try:
+        from ascend_spec.vllm.v2 import install_v2
+
+        install_v2(release)
+        _v2_installed = True
+    except Exception as exc:  # noqa: BLE001 - V1 engines (and engines without the key) must still start
+        _v2_error = f"{type(exc).__name__}: {exc}"
+        plugin_logger().warning(
+            "ascend-spec could not install its Model Runner V2 hooks on vLLM %s (%s); V2 engines with "
+            "additional_config['ascend_spec'] are refused",
+            version,
+            _v2_error,
         )
 
 
@@ -58,16 +84,29 @@ def check_enabled_config(vllm_config) -> None:  # noqa: ANN001
             f"vLLM ({_install_error}); remove the key"
         )
     version = installed_vllm_version()
-    if v1_release(version) is None:
+    if v1_release(version) is None and v2_release(version) is None:
         raise RuntimeError(refusal(version))
 
 
 def check_runner(vllm_config) -> None:  # noqa: ANN001
-    """After vLLM's own checks: the engine's runner must be one the plugin hooks."""
+    """After vLLM's own checks (which pick the runner): the engine's runner must be one the plugin hooks here."""
+    version = installed_vllm_version()
     if getattr(vllm_config, "use_v2_model_runner", False):
+        if _v2_installed:
+            return
+        why = (
+            f"its hooks failed to install ({_v2_error})"
+            if _v2_error is not None
+            else f"ascend-spec does not hook it on vLLM {version}"
+        )
         raise RuntimeError(
-            "additional_config['ascend_spec'] is set but this engine runs Model Runner V2, which ascend-spec "
-            "does not hook in this release; set VLLM_USE_V2_MODEL_RUNNER=0 or remove the key"
+            f"additional_config['ascend_spec'] is set but this engine runs Model Runner V2 and {why}; "
+            f"supported: {supported_line()}. Set VLLM_USE_V2_MODEL_RUNNER=0 or remove the key"
+        )
+    if v1_release(version) is None:
+        raise RuntimeError(
+            f"additional_config['ascend_spec'] is set but this engine runs Model Runner V1, which ascend-spec "
+            f"does not hook on vLLM {version}; supported: {supported_line()}. Remove the key"
         )
 
 

@@ -44,6 +44,25 @@ V1_RELEASES: dict[str, VllmRelease] = {
     ),
 }
 
+# Model Runner V2 (vllm/v1/worker/gpu/model_runner.py and the CPU runner built on it, vllm/v1/worker/cpu/):
+# the GDN hooks of ascend_spec.vllm.v2. vLLM 0.34.0 is not listed: its hybrid model state and GDN metadata add
+# ReplaySSM and ragged (mismatched) query lengths (model_states/mamba_hybrid.py, gdn_attn.py), and its GDN layer
+# (the base class of the plugin's) was not checked; V1 does not list it either.
+V2_RELEASES: dict[str, VllmRelease] = {
+    "0.32.0": VllmRelease(
+        "0.32.0",
+        checked="engine tests on V2 on the CPU (ascend_spec.e2e.cpu_v2; tests/vllm/test_v2_plugin.py)",
+    ),
+    "0.33.0": VllmRelease(
+        "0.33.0",
+        checked="not run (torch 2.14 CPU wheels unreachable): vllm 0.33.0's wheel read against 0.32.0's: the V2 "
+        "targets (GPUModelRunner.__init__, load_model, finish_requests, _remove_request, its model_state, "
+        "req_states.req_id_to_index, block_tables.block_tables) unchanged, model_states/mamba_hybrid.py and "
+        "model_states/__init__.py identical, gdn_attn.py's speculative rows unchanged (it adds FlashInfer "
+        "prefill checkpoints only)",
+    ),
+}
+
 # Releases known not to work, with the reason given in the refusal.
 REFUSED_RELEASES: dict[str, str] = {
     "0.27.1": "its V1 runner makes a decode batch whose requests all have zero drafts non-speculative "
@@ -63,14 +82,23 @@ def v1_release(version: str | None = None) -> VllmRelease | None:
     return V1_RELEASES.get(version or installed_vllm_version())
 
 
+def v2_release(version: str | None = None) -> VllmRelease | None:
+    """The supported Model Runner V2 release ``version`` (default: the installed one), or None."""
+    return V2_RELEASES.get(version or installed_vllm_version())
+
+
+def supported_line() -> str:
+    """The supported releases per runner, as the refusals name them."""
+    return f"vLLM {', '.join(V1_RELEASES)} (Model Runner V1); vLLM {', '.join(V2_RELEASES)} (Model Runner V2)"
+
+
 def refusal(version: str) -> str:
     """The one line an engine that enables the plugin on an unsupported ``version`` gets."""
-    supported = ", ".join(V1_RELEASES)
     reason = REFUSED_RELEASES.get(version)
     why = f" ({reason})" if reason else ""
     return (
         f"additional_config['ascend_spec'] is set but ascend-spec does not support vLLM {version}{why}; "
-        f"supported: vLLM {supported} (Model Runner V1). Remove the key or install a supported vLLM"
+        f"supported: {supported_line()}. Remove the key or install a supported vLLM"
     )
 
 

@@ -1,0 +1,57 @@
+"""The plugin's seam in vLLM's Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``, and the CPU runner built
+on it, ``vllm/v1/worker/cpu/model_runner.py``), installed by :func:`install_v2` on a release listed for V2.
+
+* :mod:`~ascend_spec.vllm.v2.runner`: ``v2_runner_init`` (applies the rest to an enabled runner), the GDN flush
+  of leaving requests (``v2_gdn_flush``), the start-up line.
+
+V2's GDN metadata (``model_states/mamba_hybrid.py``, ``prepare_attn``) already carries what the plugin's GDN layer
+reads (the scheduled drafts per request as speculative rows, the accepted counts per request on the device), so
+the layer serves V1 and V2 unchanged; only where a leaving request's state slot and accepted count are found
+differs (:mod:`ascend_spec.vllm.gdn_setup` holds what the runners share).
+"""
+
+from __future__ import annotations
+
+from ascend_spec.vllm.releases import VllmRelease
+
+_RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
+_HYBRID_STATE_MODULE = "vllm.v1.worker.gpu.model_states.mamba_hybrid"
+
+# Class attributes the hooks wrap or read; a release without one is not hooked at all.
+V2_TARGETS = (
+    (_RUNNER_MODULE, "GPUModelRunner", "__init__"),
+    (_RUNNER_MODULE, "GPUModelRunner", "load_model"),
+    (_RUNNER_MODULE, "GPUModelRunner", "finish_requests"),
+    (_RUNNER_MODULE, "GPUModelRunner", "_remove_request"),
+    (_HYBRID_STATE_MODULE, "MambaHybridModelState", "postprocess_state"),  # keeps num_accepted_tokens_gpu
+)
+
+
+def missing_v2_targets() -> list[str]:
+    """The V2 targets the installed vLLM lacks (dotted names)."""
+    import importlib
+
+    missing = []
+    for module, cls, attr in V2_TARGETS:
+        try:
+            owner = getattr(importlib.import_module(module), cls)
+        except (ImportError, AttributeError):
+            missing.append(f"{module}.{cls}")
+            continue
+        if not hasattr(owner, attr):
+            missing.append(f"{module}.{cls}.{attr}")
+    return missing
+
+
+def install_v2(release: VllmRelease) -> None:
+    """Wrap V2's runner constructor for ``release``; a missing target raises before anything is wrapped."""
+    missing = missing_v2_targets()
+    if missing:
+        raise RuntimeError(f"vLLM {release.version} lacks Model Runner V2's {', '.join(missing)}")
+    from vllm.v1.worker.gpu import model_runner
+
+    from ascend_spec.vllm.v2.runner import wrap_runner_init
+
+    runner = model_runner.GPUModelRunner
+    if not getattr(runner.__init__, "_ascend_spec_v2", False):
+        runner.__init__ = wrap_runner_init(runner.__init__, release)

@@ -1,0 +1,143 @@
+"""Model Runner V2's hooks: the runner constructor (``v2_runner_init``), the GDN flush and the start-up line.
+
+:func:`~ascend_spec.vllm.v2.install_v2` wraps V2's ``GPUModelRunner.__init__`` once per process (the CPU worker's
+V2 runner is a subclass and runs it through ``super()``); the wrapper reads ``additional_config["ascend_spec"]``
+and, only when the plugin is enabled there, registers the plugin's GDN layer and hooks that runner. Engines
+without the key run vLLM's own code.
+
+How V2 serves one GDN state slot per request:
+
+* the layer's ``get_kv_cache_spec`` says ``num_speculative_blocks = 0``; V2 sizes its block tables, its warm-up
+  reservations and its hybrid model state from the specs (``model_runner.py`` ``get_kv_cache_spec`` /
+  ``initialize_kv_cache``, ``warmup.py``, ``model_states/mamba_hybrid.py``);
+* V2's hybrid model state hands the GDN metadata builder each decode row's scheduled drafts (``>= 0``, zero
+  included: speculative rows) and the per-request accepted counts it keeps on the device
+  (``num_accepted_tokens_gpu``, set from the sampled counts after every step, reset to 1 when a request takes a
+  request slot): the layer's pending counts come from those, as on V1;
+* a request leaves V2's request states in ``_remove_request`` (finished, preempted, a streaming input's re-add):
+  before vLLM forgets its request slot, the flush reads its state slot (``block_tables``, the mamba group's
+  column 0) and its accepted count on the device (no host read) and commits its pending records.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import types
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from ascend_spec.vllm.config import AscendSpecConfig, parse_config
+from ascend_spec.vllm.gdn_setup import (
+    check_gdn_engine,
+    flush_slots,
+    gdn_layers,
+    mamba_group,
+    package_version,
+    register_gdn_layer,
+)
+from ascend_spec.vllm.log import plugin_logger
+from ascend_spec.vllm.releases import VllmRelease, installed_vllm_version
+
+logger = plugin_logger()
+
+
+def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Callable[..., None]:
+    @functools.wraps(original)
+    def __init__(self, vllm_config, *args: Any, **kwargs: Any) -> None:  # noqa: ANN001
+        settings = parse_config(vllm_config.additional_config)
+        if settings is None:
+            original(self, vllm_config, *args, **kwargs)
+            return
+        check_v2_engine(vllm_config, settings)
+        # An engine step must not pay the ops' value checks (host syncs): off unless the user sets them.
+        os.environ.setdefault("ASCEND_SPEC_CHECKS", "0")
+        if settings.gdn_verify:
+            register_gdn_layer()
+        original(self, vllm_config, *args, **kwargs)
+        self.ascend_spec = settings
+        self.ascend_spec_release = release
+        _install_runner_hooks(self)
+
+    __init__._ascend_spec_v2 = True
+    return __init__
+
+
+def check_v2_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
+    """What the V2 hooks of this release serve, refused in one line with the setting to change."""
+    if settings.dynamic.enabled:
+        raise ValueError(
+            "additional_config['ascend_spec']['dynamic'] runs on Model Runner V1 in this release; on Model Runner "
+            "V2 remove the 'dynamic' key (or set VLLM_USE_V2_MODEL_RUNNER=0)"
+        )
+    check_gdn_engine(vllm_config, settings)
+
+
+def _install_runner_hooks(runner) -> None:  # noqa: ANN001
+    load_model = runner.load_model
+    finish_requests = runner.finish_requests
+    remove_request = runner._remove_request
+
+    def _load_model_with_log(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+        result = load_model(*args, **kwargs)
+        self.__dict__.pop("_ascend_spec_gdn_layers", None)
+        layers = gdn_layers(self)
+        self._ascend_spec_gdn_layers = layers  # kept for every step, also when empty (a dense target)
+        speculator = getattr(self, "speculator", None)
+        logger.info(
+            "ascend-spec %s on vLLM %s (Model Runner V2): %d GDN layers verify drafts on one state slot per "
+            "request; speculator %s (its own block inputs on V2); %s",
+            package_version(),
+            installed_vllm_version(),
+            len(layers),
+            type(speculator).__name__ if speculator is not None else "none",
+            self.ascend_spec.describe(),
+        )
+        return result
+
+    def _finish_requests_with_flush(self, scheduler_output):  # noqa: ANN001, ANN202
+        if self.__dict__.get("_ascend_spec_gdn_layers") == []:  # a loaded model without GDN layers
+            return finish_requests(scheduler_output)
+        from ascend_spec.vllm.gdn_layer import new_step
+
+        new_step()  # V2 calls finish_requests first in every real step
+        leaving = scheduler_output.finished_req_ids | (scheduler_output.preempted_req_ids or set())
+        flush_leaving_requests(self, leaving)
+        self._ascend_spec_flushed = leaving
+        try:
+            return finish_requests(scheduler_output)
+        finally:
+            self._ascend_spec_flushed = frozenset()
+
+    def _remove_request_with_flush(self, req_id: str) -> bool:
+        # finish_requests flushed its requests in one batch; other removals (a streaming input's re-add) here
+        if req_id not in self.__dict__.get("_ascend_spec_flushed", ()):
+            flush_leaving_requests(self, (req_id,))
+        return remove_request(req_id)
+
+    runner._ascend_spec_flushed = frozenset()
+    runner.load_model = types.MethodType(_load_model_with_log, runner)
+    runner.finish_requests = types.MethodType(_finish_requests_with_flush, runner)
+    runner._remove_request = types.MethodType(_remove_request_with_flush, runner)
+
+
+def flush_leaving_requests(runner, req_ids: Iterable[str]) -> None:  # noqa: ANN001
+    """Commit every GDN layer's pending records of the requests in ``req_ids`` that V2 still holds, before V2
+    forgets their request slots. Slots and accepted counts are gathered on the device."""
+    layers = gdn_layers(runner)
+    if not layers:
+        return
+    index = runner.req_states.req_id_to_index
+    rows = sorted(index[r] for r in req_ids if r in index)
+    if not rows:
+        return
+    gid = mamba_group(runner)
+    if gid is None:
+        return
+    table = runner.block_tables.block_tables[gid].gpu
+    rows_t = torch.tensor(rows, dtype=torch.long).to(table.device, non_blocking=True)
+    slots = table.index_select(0, rows_t)[:, 0]
+    accepted = runner.model_state.num_accepted_tokens_gpu.index_select(0, rows_t)
+    flush_slots(layers, slots, accepted)

@@ -1,0 +1,84 @@
+"""The plugin on vLLM's Model Runner V2 (V2 on the CPU engine through ascend_spec.e2e.cpu_v2): the hybrid keeps one
+GDN state slot per request and decodes what V1 plain decoding decodes.
+
+V2's Triton kernels run in Triton's interpreter here, so V2 steps are slow: a few short prompts. The oracle is V1
+plain decoding of the same target with the same engine limits (low-entropy target: wide logit margins, exact
+match); every V2 run must report that the worker built V2 (V2 falls back to V1 silently where Triton is missing).
+"""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import K, ONE_OMP_THREAD, PROMPTS, run, speculative
+from test_vllm_engine import _gdn_bytes_per_request
+
+pytestmark = pytest.mark.slow
+
+PLUGIN: dict = {}  # enabled with its defaults
+V2_PROMPTS = PROMPTS[:3]
+V2_LENGTHS = [10, 8, 12]
+# Ragged drafts from V2's own scheduler: prompt + max_tokens of the last two requests reach max_model_len, so
+# their last steps get fewer than K drafts (scheduler.py caps a request's tokens at max_model_len - computed - 1);
+# two sequences at a time, so the later requests take the state slots of finished ones.
+RAGGED_PROMPTS = PROMPTS[:4]  # 6, 11, 16, 21 tokens
+RAGGED_LENGTHS = [10, 14, 12, 7]
+RAGGED_LIMITS = {"max_model_len": 28}
+
+
+def _run(engine_dir, models, runner: str, method: str | None = None, **kwargs):
+    if method is not None:
+        kwargs["speculative"] = speculative(method, models)
+    kwargs.setdefault("prompts", V2_PROMPTS)
+    kwargs.setdefault("max_tokens", V2_LENGTHS)
+    return run(engine_dir, models, env=ONE_OMP_THREAD, runner=runner, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def v1_plain(engine_dir, hybrid_low_entropy):
+    result = _run(engine_dir, hybrid_low_entropy, "v1")
+    assert result.runner == "v1"
+    return result
+
+
+def _assert_lossless_on_one_slot(v1_plain, v2, lengths: list[int]) -> None:
+    assert v2.runner == "v2", f"the worker built {v2.runner}, not Model Runner V2"
+    assert [len(t) for t in v2.tokens] == lengths
+    assert v2.tokens == v1_plain.tokens
+    assert v2.num_drafts > 0 and v2.num_accepted > 0, (v2.num_drafts, v2.num_accepted)
+    assert v2.gdn_slots_per_request == 1
+
+
+def test_dflash_on_one_state_slot_against_upstream_v2(engine_dir, hybrid_low_entropy, v1_plain):
+    """Upstream V2 keeps 1 + K GDN state slots per request (and K more conv columns per slot); the plugin one slot
+    plus its records of 1 + K tokens outside the KV cache: both byte counts follow the formula, in the same run."""
+    upstream = _run(engine_dir, hybrid_low_entropy, "v2", "dflash")
+    ours = _run(engine_dir, hybrid_low_entropy, "v2", "dflash", plugin=PLUGIN)
+    assert upstream.runner == "v2" and upstream.tokens == v1_plain.tokens
+    _assert_lossless_on_one_slot(v1_plain, ours, V2_LENGTHS)
+    assert upstream.gdn_slots_per_request == 1 + K
+    want_ours = _gdn_bytes_per_request(hybrid_low_entropy, K, plugin=True)
+    want_upstream = _gdn_bytes_per_request(hybrid_low_entropy, K, plugin=False)
+    assert ours.gdn_state_bytes_per_request == want_ours
+    assert upstream.gdn_state_bytes_per_request == want_upstream
+    print(
+        f"GDN state bytes per request on V2: upstream {want_upstream}, plugin {want_ours}, "
+        f"ratio {want_upstream / want_ours:.3f}"
+    )
+    assert want_upstream > want_ours
+
+
+@pytest.mark.parametrize("method", ["ngram", "mtp"])
+def test_method_on_one_state_slot_matches_v1_plain(engine_dir, hybrid_low_entropy, v1_plain, method):
+    ours = _run(engine_dir, hybrid_low_entropy, "v2", method, plugin=PLUGIN)
+    _assert_lossless_on_one_slot(v1_plain, ours, V2_LENGTHS)
+    assert ours.gdn_state_bytes_per_request == _gdn_bytes_per_request(hybrid_low_entropy, K, plugin=True)
+
+
+def test_ragged_drafts_and_slot_reuse_match_v1_plain(engine_dir, hybrid_low_entropy):
+    """Requests near max_model_len get 1..K-1 drafts from V2's scheduler (ragged speculative rows next to full
+    ones), requests finish at different steps (flush) and later requests take their state slots."""
+    kwargs = {"prompts": RAGGED_PROMPTS, "max_tokens": RAGGED_LENGTHS, "extra": RAGGED_LIMITS}
+    plain = _run(engine_dir, hybrid_low_entropy, "v1", **kwargs)
+    ours = _run(engine_dir, hybrid_low_entropy, "v2", "ngram", plugin=PLUGIN, max_num_seqs=2, **kwargs)
+    _assert_lossless_on_one_slot(plain, ours, RAGGED_LENGTHS)
+    assert ours.num_draft_tokens < K * ours.num_drafts, "no step verified fewer than K drafts"
