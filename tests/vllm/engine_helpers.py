@@ -78,3 +78,22 @@ def assert_matches_plain(plain: EngineRun, other: EngineRun, *, allow_ties: bool
             f"prompt {i}: stopped comparing at token {d.index}, plain top-2 margin {d.margin:.4f} (bf16 tie)"
         )
     return stops
+
+
+def gdn_bytes_per_request(models, k: int, plugin: bool) -> int:
+    """State bytes one request holds over the tiny hybrid's GDN layers (docs/vllm.md, docs/gdn.md)."""
+    from transformers import AutoConfig
+
+    from ascend_spec.gdn import conv_record_bytes_per_slot, record_bytes_per_slot
+
+    cfg = AutoConfig.from_pretrained(models.target)
+    layers = sum(t == "linear_attention" for t in cfg.layer_types)
+    h, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv, w = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim
+    channels = 2 * h * dk + hv * dv
+    ssm = hv * dk * dv * 4  # fp32 recurrent state
+    if plugin:
+        per_slot = channels * (w - 1) * 2 + ssm
+        records = record_bytes_per_slot(k + 1, h, hv, dk, dv) + conv_record_bytes_per_slot(k + 1, channels)
+        return layers * (per_slot + records)
+    return layers * (1 + k) * (channels * (w - 1 + k) * 2 + ssm)

@@ -9,8 +9,7 @@ match); every V2 run must report that the worker built V2 (V2 falls back to V1 s
 from __future__ import annotations
 
 import pytest
-from engine_helpers import K, ONE_OMP_THREAD, PROMPTS, run, speculative
-from test_vllm_engine import _gdn_bytes_per_request
+from engine_helpers import ONE_OMP_THREAD, PROMPTS, K, gdn_bytes_per_request, run, speculative
 
 pytestmark = pytest.mark.slow
 
@@ -56,8 +55,8 @@ def test_dflash_on_one_state_slot_against_upstream_v2(engine_dir, hybrid_low_ent
     assert upstream.runner == "v2" and upstream.tokens == v1_plain.tokens
     _assert_lossless_on_one_slot(v1_plain, ours, V2_LENGTHS)
     assert upstream.gdn_slots_per_request == 1 + K
-    want_ours = _gdn_bytes_per_request(hybrid_low_entropy, K, plugin=True)
-    want_upstream = _gdn_bytes_per_request(hybrid_low_entropy, K, plugin=False)
+    want_ours = gdn_bytes_per_request(hybrid_low_entropy, K, plugin=True)
+    want_upstream = gdn_bytes_per_request(hybrid_low_entropy, K, plugin=False)
     assert ours.gdn_state_bytes_per_request == want_ours
     assert upstream.gdn_state_bytes_per_request == want_upstream
     print(
@@ -71,7 +70,7 @@ def test_dflash_on_one_state_slot_against_upstream_v2(engine_dir, hybrid_low_ent
 def test_method_on_one_state_slot_matches_v1_plain(engine_dir, hybrid_low_entropy, v1_plain, method):
     ours = _run(engine_dir, hybrid_low_entropy, "v2", method, plugin=PLUGIN)
     _assert_lossless_on_one_slot(v1_plain, ours, V2_LENGTHS)
-    assert ours.gdn_state_bytes_per_request == _gdn_bytes_per_request(hybrid_low_entropy, K, plugin=True)
+    assert ours.gdn_state_bytes_per_request == gdn_bytes_per_request(hybrid_low_entropy, K, plugin=True)
 
 
 def test_ragged_drafts_and_slot_reuse_match_v1_plain(engine_dir, hybrid_low_entropy):

@@ -17,12 +17,12 @@ from engine_helpers import (
     PROMPTS,
     K,
     assert_matches_plain,
+    gdn_bytes_per_request,
     run,
     speculative,
 )
 
 from ascend_spec.e2e.report import first_divergences
-from ascend_spec.gdn import conv_record_bytes_per_slot, record_bytes_per_slot
 
 pytestmark = pytest.mark.slow
 
@@ -42,23 +42,6 @@ def plain_hybrid_le(engine_dir, hybrid_low_entropy):
 @pytest.fixture(scope="module")
 def plain_dense_le(engine_dir, dense_low_entropy):
     return run(engine_dir, dense_low_entropy, logprobs=True)
-
-
-def _gdn_bytes_per_request(models, k: int, plugin: bool) -> int:
-    """State bytes one request holds over the tiny hybrid's GDN layers (docs/vllm.md, docs/gdn.md)."""
-    from transformers import AutoConfig
-
-    cfg = AutoConfig.from_pretrained(models.target)
-    layers = sum(t == "linear_attention" for t in cfg.layer_types)
-    h, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
-    dk, dv, w = cfg.linear_key_head_dim, cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim
-    channels = 2 * h * dk + hv * dv
-    ssm = hv * dk * dv * 4  # fp32 recurrent state
-    if plugin:
-        per_slot = channels * (w - 1) * 2 + ssm
-        records = record_bytes_per_slot(k + 1, h, hv, dk, dv) + conv_record_bytes_per_slot(k + 1, channels)
-        return layers * (per_slot + records)
-    return layers * (1 + k) * (channels * (w - 1 + k) * 2 + ssm)
 
 
 # ------------------------------------------------------------------------------- ragged GDN verification
@@ -96,7 +79,7 @@ def test_ngram_on_qwen3_next_matches_plain_on_one_state_slot(engine_dir, qwen3_n
     assert ours.num_accepted > 0
     assert ours.mean_verify_length < 1 + K  # ragged steps
     assert ours.gdn_slots_per_request == 1
-    assert ours.gdn_state_bytes_per_request == _gdn_bytes_per_request(qwen3_next_low_entropy, K, plugin=True)
+    assert ours.gdn_state_bytes_per_request == gdn_bytes_per_request(qwen3_next_low_entropy, K, plugin=True)
 
 
 def test_ngram_on_random_hybrid_matches_plain_up_to_bf16_ties(engine_dir, hybrid, plain_hybrid):
@@ -113,8 +96,8 @@ def test_dflash_on_hybrid_one_state_slot_per_request(engine_dir, hybrid_low_entr
     assert_matches_plain(plain_hybrid_le, ours, allow_ties=False)
     assert ours.num_accepted > 0
     assert (ours.gdn_slots_per_request, upstream.gdn_slots_per_request) == (1, 1 + K)
-    assert ours.gdn_state_bytes_per_request == _gdn_bytes_per_request(hybrid_low_entropy, K, plugin=True)
-    assert upstream.gdn_state_bytes_per_request == _gdn_bytes_per_request(hybrid_low_entropy, K, plugin=False)
+    assert ours.gdn_state_bytes_per_request == gdn_bytes_per_request(hybrid_low_entropy, K, plugin=True)
+    assert upstream.gdn_state_bytes_per_request == gdn_bytes_per_request(hybrid_low_entropy, K, plugin=False)
 
 
 def test_mtp_on_hybrid_matches_plain(engine_dir, hybrid_low_entropy, plain_hybrid_le):
