@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ascend_spec.vllm.releases import V1_RELEASES
+from ascend_spec.vllm.releases import V1_RELEASES, V2_RELEASES
 
 ANY_RUNNER = "any (vLLM's config)"
 V1_RUNNER = "vLLM Model Runner V1"
+V2_RUNNER = "vLLM Model Runner V2"
 NPU_V1_RUNNER = "vllm-ascend NPUModelRunner (V1)"
 
 _V1 = tuple(f"vLLM {v}" for v in V1_RELEASES)
+_V2 = tuple(f"vLLM {v}" for v in V2_RELEASES)
 _VLLM_ASCEND = ("vllm-ascend main 182b75ea84ff13ece27b57391331ef8935410aea (2026-08-22)",)
 
 
@@ -36,8 +38,9 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         name="config_gate",
         target="vllm.config.VllmConfig.__post_init__",
         what="for a config with additional_config['ascend_spec']: checks the settings, refuses in one line a "
-        "release the plugin does not support, a process where its hooks failed to install, and a Model Runner "
-        "V2 engine; a config without the key runs vLLM's own method only",
+        "release the plugin does not support, a process where its hooks failed to install, and an engine whose "
+        "runner (V1 or V2, as vLLM picked it) is not hooked on this release; a config without the key runs "
+        "vLLM's own method only",
         why="the only hook every release from vLLM 0.23 on has before any runner or model exists; without it an "
         "enabled engine on an unsupported release would run silently unpatched",
         how="method wrapper installed once by register() on every release (ascend_spec/vllm/install.py)",
@@ -262,6 +265,58 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         why="the layers exist only after the model is built",
         how="instance attribute wrapping the bound method",
         remove_when="with runner_init",
+    ),
+    # -- Model Runner V2 (ascend_spec/vllm/v2/): vllm/v1/worker/gpu/model_runner.py and its CPU subclass ------
+    PatchPoint(
+        name="v2_runner_init",
+        target="vllm.v1.worker.gpu.model_runner.GPUModelRunner.__init__",
+        what="reads additional_config['ascend_spec'], refuses what V2's hooks do not serve (dynamic "
+        "verification), registers the plugin's GDN layer before the model is built, hooks that runner",
+        why="V2's runner does not inherit from V1's (runner_init never runs there) and has no per-engine hook; "
+        "the CPU worker's V2 runner (vllm/v1/worker/cpu/model_runner.py) calls it through super()",
+        how="function wrapper installed once by register() on a release listed in V2_RELEASES; without the key "
+        "it only calls the original",
+        remove_when="vLLM offers a per-engine runner hook",
+        runner=V2_RUNNER,
+        releases=_V2,
+    ),
+    PatchPoint(
+        name="v2_gdn_layer",
+        target="vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn.QwenGatedDeltaNetAttention",
+        what="the gdn_layer subclass on V2: num_speculative_blocks = 0 (V2 sizes block tables, warm-up "
+        "reservations and its hybrid model state from the spec), speculative rows from V2's hybrid model state "
+        "(each decode row's scheduled drafts, zero included; per-request accepted counts on the device) "
+        "verified with ragged lengths",
+        why="upstream V2 keeps 1 + K GDN state slots per request (MambaSpec.num_speculative_blocks = K)",
+        how="PluggableLayer.register_oot by v2_runner_init (the layer is the same class as on V1)",
+        remove_when="as gdn_layer",
+        runner=V2_RUNNER,
+        releases=_V2,
+    ),
+    PatchPoint(
+        name="v2_gdn_flush",
+        target="GPUModelRunner.finish_requests / _remove_request (V2, per runner instance)",
+        what="commits the pending GDN/conv records of requests that leave V2's request states (finished, "
+        "preempted, a streaming input's re-add) before V2 forgets their request slots; forgets the layers' "
+        "per-step row cache (finish_requests opens every real step)",
+        why="deferred commit: a slot's state is complete only after its pending records are replayed; V2 has "
+        "no persistent batch, so removal from its request states is where a request leaves",
+        how="instance attributes wrapping the bound methods; state slots (block_tables, the mamba group's "
+        "column 0) and accepted counts (model_state.num_accepted_tokens_gpu) gathered on the device, one "
+        "flush_pending per GDN layer per step; finish_requests' requests in one batch",
+        remove_when="the GDN verify lands in vLLM with its own request-lifecycle hook",
+        runner=V2_RUNNER,
+        releases=_V2,
+    ),
+    PatchPoint(
+        name="v2_startup_log",
+        target="GPUModelRunner.load_model (V2, per runner instance)",
+        what="one log line saying what the plugin switched on on V2 (GDN layers verified, speculator)",
+        why="the layers exist only after the model is built; V2 builds its model state there too",
+        how="instance attribute wrapping the bound method; it also keeps the runner's GDN layers for the flush",
+        remove_when="with v2_runner_init",
+        runner=V2_RUNNER,
+        releases=_V2,
     ),
     # -- the vllm-ascend adapter (ascend_spec/vllm/ascend/): NPUModelRunner, on Ascend NPUs only -------------
     PatchPoint(

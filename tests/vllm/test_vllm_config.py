@@ -51,14 +51,22 @@ def test_every_patch_point_is_registered_with_what_why_how_and_when_it_can_go() 
 
 
 def test_every_patch_point_names_its_runner_and_releases() -> None:
-    from ascend_spec.vllm.patch_register import ANY_RUNNER, NPU_V1_RUNNER, V1_RUNNER
-    from ascend_spec.vllm.releases import V1_RELEASES
+    from ascend_spec.vllm.patch_register import ANY_RUNNER, NPU_V1_RUNNER, V1_RUNNER, V2_RUNNER
+    from ascend_spec.vllm.releases import V1_RELEASES, V2_RELEASES
 
     for point in PATCH_POINTS:
-        assert point.runner in (ANY_RUNNER, V1_RUNNER, NPU_V1_RUNNER), point.name
+        assert point.runner in (ANY_RUNNER, V1_RUNNER, V2_RUNNER, NPU_V1_RUNNER), point.name
         assert point.releases, point.name
         if point.runner == V1_RUNNER:
             assert point.releases == tuple(f"vLLM {v}" for v in V1_RELEASES), point.name
+        if point.runner == V2_RUNNER:
+            assert point.releases == tuple(f"vLLM {v}" for v in V2_RELEASES), point.name
+    assert {p.name for p in PATCH_POINTS if p.runner == V2_RUNNER} == {
+        "v2_runner_init",
+        "v2_gdn_layer",
+        "v2_gdn_flush",
+        "v2_startup_log",
+    }
 
 
 def test_docs_list_every_patch_point() -> None:

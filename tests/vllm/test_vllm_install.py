@@ -12,6 +12,7 @@ pytest.importorskip("vllm", reason="register() patches vLLM's classes")
 
 from vllm.config import VllmConfig  # noqa: E402
 from vllm.v1.worker import gpu_model_runner  # noqa: E402
+from vllm.v1.worker.gpu import model_runner as v2_model_runner  # noqa: E402
 
 from ascend_spec.vllm import install as install_mod  # noqa: E402
 from ascend_spec.vllm import releases  # noqa: E402
@@ -31,11 +32,14 @@ def fresh_install(monkeypatch: pytest.MonkeyPatch):
             VllmConfig._get_v1_model_runner_unsupported_features
         ),
         (gpu_model_runner.GPUModelRunner, "__init__"): gpu_model_runner.GPUModelRunner.__init__,
+        (v2_model_runner.GPUModelRunner, "__init__"): v2_model_runner.GPUModelRunner.__init__,
         (AsyncScheduler, "schedule"): AsyncScheduler.schedule,
         (AsyncScheduler, "update_from_output"): AsyncScheduler.update_from_output,
     }
     monkeypatch.setattr(install_mod, "_installed", False)
     monkeypatch.setattr(install_mod, "_install_error", None)
+    monkeypatch.setattr(install_mod, "_v2_installed", False)
+    monkeypatch.setattr(install_mod, "_v2_error", None)
     monkeypatch.setattr(dynamic_async, "_scheduler_installed", False)
     yield
     for (owner, name), value in saved.items():
@@ -55,15 +59,28 @@ def test_installed_release_is_supported_and_every_v1_target_exists() -> None:
     assert missing_v1_targets() == []
 
 
+def test_installed_release_is_listed_for_v2_and_every_v2_target_exists() -> None:
+    from ascend_spec.vllm.v2 import missing_v2_targets
+
+    assert releases.v2_release() is not None, releases.installed_vllm_version()
+    assert missing_v2_targets() == []
+
+
 def test_supported_release_gets_the_gate_and_the_runner_hooks(fresh_install) -> None:
     runner_init = _unwrapped(gpu_model_runner.GPUModelRunner.__init__)
+    v2_init = _unwrapped(v2_model_runner.GPUModelRunner.__init__)
     install_mod.install()
+    assert install_mod._v2_installed and install_mod._v2_error is None
+    assert getattr(v2_model_runner.GPUModelRunner.__init__, "_ascend_spec_v2", False)
+    assert _unwrapped(v2_model_runner.GPUModelRunner.__init__) is v2_init
     assert getattr(VllmConfig.__post_init__, "_ascend_spec_gate", False)
     assert gpu_model_runner.GPUModelRunner.__init__ is not runner_init
     assert _unwrapped(gpu_model_runner.GPUModelRunner.__init__) is runner_init
     wrapped = gpu_model_runner.GPUModelRunner.__init__
+    wrapped_v2 = v2_model_runner.GPUModelRunner.__init__
     install_mod.install()  # idempotent: one wrapper, not two
     assert gpu_model_runner.GPUModelRunner.__init__ is wrapped
+    assert v2_model_runner.GPUModelRunner.__init__ is wrapped_v2
 
 
 def test_unsupported_release_gets_only_the_gate_and_refuses_in_one_line(
@@ -126,9 +143,69 @@ def test_gate_names_a_bad_setting_before_vllm_builds_anything(fresh_install) -> 
         VllmConfig(additional_config={"ascend_spec": {"gdn_verfy": True}})
 
 
-def test_gate_refuses_model_runner_v2() -> None:
+def test_gate_lets_v2_through_only_where_its_hooks_are_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    with pytest.raises(RuntimeError, match="runs Model Runner V2.*VLLM_USE_V2_MODEL_RUNNER=0"):
+    v2, v1 = SimpleNamespace(use_v2_model_runner=True), SimpleNamespace(use_v2_model_runner=False)
+    monkeypatch.setattr(install_mod, "_v2_installed", False)
+    monkeypatch.setattr(install_mod, "_v2_error", None)
+    with pytest.raises(RuntimeError) as refused:
+        install_mod.check_runner(v2)
+    line = str(refused.value)
+    assert "\n" not in line
+    assert "runs Model Runner V2 and ascend-spec does not hook it on vLLM" in line
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in line
+    for version in releases.V2_RELEASES:
+        assert version in line
+    monkeypatch.setattr(install_mod, "_v2_error", "AttributeError: no finish_requests")
+    with pytest.raises(
+        RuntimeError, match=r"its hooks failed to install \(AttributeError: no finish_requests\)"
+    ):
+        install_mod.check_runner(v2)
+    install_mod.check_runner(v1)  # V1 engines are not affected
+    monkeypatch.setattr(install_mod, "_v2_installed", True)
+    monkeypatch.setattr(install_mod, "_v2_error", None)
+    install_mod.check_runner(v2)
+
+
+def test_release_listed_for_v1_only_leaves_v2_unhooked_and_refuses_it(
+    fresh_install, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(install_mod, "installed_vllm_version", lambda: "0.30.0")
+    monkeypatch.setattr(releases, "installed_vllm_version", lambda: "0.30.0")
+    v2_init = v2_model_runner.GPUModelRunner.__init__
+    install_mod.install()
+    assert v2_model_runner.GPUModelRunner.__init__ is v2_init
+    assert not install_mod._v2_installed
+    with pytest.raises(RuntimeError, match="does not hook it on vLLM 0.30.0"):
         install_mod.check_runner(SimpleNamespace(use_v2_model_runner=True))
     install_mod.check_runner(SimpleNamespace(use_v2_model_runner=False))
+
+
+def test_a_failing_v2_install_refuses_v2_engines_only(fresh_install, monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from ascend_spec.vllm import v2
+
+    def broken(release) -> None:  # noqa: ANN001
+        raise RuntimeError("vLLM 0.32.0 lacks Model Runner V2's x")
+
+    monkeypatch.setattr(v2, "install_v2", broken)
+    install_mod.install()  # must not raise
+    assert install_mod._install_error is None and not install_mod._v2_installed
+    VllmConfig(additional_config={"ascend_spec": {}})  # this process's default runner is V1: served
+    with pytest.raises(RuntimeError, match=r"its hooks failed to install \(RuntimeError: vLLM 0.32.0 lacks"):
+        install_mod.check_runner(SimpleNamespace(use_v2_model_runner=True))
+
+
+def test_v2_refuses_dynamic_verification_in_one_line() -> None:
+    from ascend_spec.vllm.config import parse_config
+    from ascend_spec.vllm.v2.runner import check_v2_engine
+
+    settings = parse_config({"ascend_spec": {"dynamic": True}})
+    with pytest.raises(ValueError) as refused:
+        check_v2_engine(VllmConfig(), settings)
+    assert "\n" not in str(refused.value)
+    assert "additional_config['ascend_spec']['dynamic'] runs on Model Runner V1" in str(refused.value)
