@@ -88,6 +88,10 @@ class EngineRun:
     num_preemptions: int = 0
     gdn_state_bytes_per_request: int | None = None
     gdn_slots_per_request: int | None = None
+    # After the run: requests whose GDN records the plugin's V2 flush committed (None: not a V2 runner with the
+    # plugin) and state slots still holding records (None: no plugin GDN layer)
+    gdn_flushed_requests: int | None = None
+    gdn_recorded_slots: int | None = None
     kv_cache_layout: list = field(default_factory=list)
     dynamic: dict | None = None  # dynamic verification's counters (ascend_spec.vllm.dynamic.DynamicStats)
     runner: str | None = None  # the runner the worker built ("v1"/"v2"): V2 can fall back to V1 silently
@@ -160,6 +164,20 @@ def gdn_state_per_request(worker) -> tuple[int, int] | None:  # noqa: ANN001 - r
             if record_nbytes:
                 total += record_nbytes // layer.kv_cache[1].shape[0]
     return (total, slots) if slots is not None else None
+
+
+def gdn_records_state(worker) -> tuple[int | None, int | None]:  # noqa: ANN001 - runs inside the worker
+    """(requests the V2 flush committed, state slots whose records are not committed) of the plugin's GDN layers."""
+    from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
+
+    runner = worker.model_runner
+    flushed = runner.__dict__.get("_ascend_spec_flushed_requests")
+    recorded = None
+    for layer in runner.compilation_config.static_forward_context.values():
+        if isinstance(layer, AscendSpecGDNAttention) and getattr(layer, "records", None) is not None:
+            recorded = int((layer.records.num_recorded > 0).sum())  # every layer records the same slots
+            break
+    return flushed, recorded
 
 
 def _dynamic_stats(worker):  # noqa: ANN001, ANN202 - runs inside the worker
@@ -266,6 +284,7 @@ def collect_counters(llm, run: EngineRun, before: dict, after: dict) -> None:  #
     state = llm.collective_rpc(gdn_state_per_request)[0]
     if state is not None:
         run.gdn_state_bytes_per_request, run.gdn_slots_per_request = state
+        run.gdn_flushed_requests, run.gdn_recorded_slots = llm.collective_rpc(gdn_records_state)[0]
 
 
 def engine_error(exc: Exception) -> str:

@@ -81,3 +81,11 @@ def test_ragged_drafts_and_slot_reuse_match_v1_plain(engine_dir, hybrid_low_entr
     ours = _run(engine_dir, hybrid_low_entropy, "v2", "ngram", plugin=PLUGIN, max_num_seqs=2, **kwargs)
     _assert_lossless_on_one_slot(plain, ours, RAGGED_LENGTHS)
     assert ours.num_draft_tokens < K * ours.num_drafts, "no step verified fewer than K drafts"
+    # The warm-up request and every request that finished before the last step left V2's request states
+    # through the flush (the last step's finished requests leave at the next step); only those hold records.
+    finished_last = 2  # at most max_num_seqs
+    print(
+        f"flushed {ours.gdn_flushed_requests}, recorded slots {ours.gdn_recorded_slots}, drafts {ours.num_drafts}, draft tokens {ours.num_draft_tokens}"
+    )
+    assert ours.gdn_flushed_requests >= 1 + len(RAGGED_PROMPTS) - finished_last
+    assert ours.gdn_recorded_slots <= finished_last

@@ -141,3 +141,4 @@ def flush_leaving_requests(runner, req_ids: Iterable[str]) -> None:  # noqa: ANN
     slots = table.index_select(0, rows_t)[:, 0]
     accepted = runner.model_state.num_accepted_tokens_gpu.index_select(0, rows_t)
     flush_slots(layers, slots, accepted)
+    runner._ascend_spec_flushed_requests = runner.__dict__.get("_ascend_spec_flushed_requests", 0) + len(rows)
