@@ -209,3 +209,26 @@ def test_v2_refuses_dynamic_verification_in_one_line() -> None:
         check_v2_engine(VllmConfig(), settings)
     assert "\n" not in str(refused.value)
     assert "additional_config['ascend_spec']['dynamic'] runs on Model Runner V1" in str(refused.value)
+
+
+def test_v2_gdn_verification_refuses_async_scheduling_in_one_line() -> None:
+    from types import SimpleNamespace
+
+    from ascend_spec.vllm.config import parse_config
+    from ascend_spec.vllm.v2.runner import check_v2_engine
+
+    def engine(async_scheduling: bool) -> SimpleNamespace:
+        return SimpleNamespace(
+            model_config=SimpleNamespace(is_hybrid=True),
+            speculative_config=SimpleNamespace(method="ngram"),
+            scheduler_config=SimpleNamespace(async_scheduling=async_scheduling),
+            cache_config=SimpleNamespace(mamba_cache_mode="none"),
+        )
+
+    settings = parse_config({"ascend_spec": {}})
+    with pytest.raises(ValueError) as refused:
+        check_v2_engine(engine(True), settings)
+    assert "\n" not in str(refused.value)
+    assert "on Model Runner V2 runs with synchronous scheduling" in str(refused.value)
+    check_v2_engine(engine(False), settings)
+    check_v2_engine(engine(True), parse_config({"ascend_spec": {"gdn_verify": False}}))

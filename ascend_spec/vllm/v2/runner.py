@@ -72,6 +72,18 @@ def check_v2_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: A
             "additional_config['ascend_spec']['dynamic'] runs on Model Runner V1 in this release; on Model Runner "
             "V2 remove the 'dynamic' key (or set VLLM_USE_V2_MODEL_RUNNER=0)"
         )
+    if (
+        settings.gdn_verify
+        and vllm_config.model_config.is_hybrid
+        and vllm_config.speculative_config is not None
+        and vllm_config.scheduler_config.async_scheduling
+    ):
+        raise ValueError(
+            "additional_config['ascend_spec']['gdn_verify'] on Model Runner V2 runs with synchronous scheduling "
+            "in this release (its V2 flush reads the device's accepted counts in stream order, not yet tested "
+            "with V2's async scheduling); start the engine with async_scheduling=False (--no-async-scheduling) "
+            "or set 'gdn_verify': false"
+        )
     check_gdn_engine(vllm_config, settings)
 
 
