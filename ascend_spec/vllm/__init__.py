@@ -5,8 +5,9 @@ and installs a config gate plus, on a supported release, the runner hooks (:mod:
 everything else happens for an engine whose ``additional_config`` has the ``"ascend_spec"`` key.
 
 Layout: what does not depend on an engine (settings :mod:`~ascend_spec.vllm.config`, the dynamic planner
-:mod:`~ascend_spec.vllm.dynamic`, step costs, cost profiles, graph dispatch, the GDN layer) sits here; each
-runner's hooks in their own package (:mod:`~ascend_spec.vllm.v1`: vLLM's Model Runner V1;
+:mod:`~ascend_spec.vllm.dynamic`, step costs, cost profiles, graph dispatch, the GDN layer and the GDN wiring the
+runners share, :mod:`~ascend_spec.vllm.gdn_setup`) sits here; each runner's hooks in their own package
+(:mod:`~ascend_spec.vllm.v1`: vLLM's Model Runner V1; :mod:`~ascend_spec.vllm.v2`: vLLM's Model Runner V2;
 :mod:`~ascend_spec.vllm.ascend`: vllm-ascend's NPUModelRunner); the releases and their differences in
 :mod:`~ascend_spec.vllm.releases`; the register of patch points in :mod:`~ascend_spec.vllm.patch_register`.
 """
