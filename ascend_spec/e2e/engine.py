@@ -92,6 +92,7 @@ class EngineRun:
     # plugin) and state slots still holding records (None: no plugin GDN layer)
     gdn_flushed_requests: int | None = None
     gdn_recorded_slots: int | None = None
+    block_slot_calls: int | None = None  # V2 draft steps whose block inputs came from prepare_block_slots
     kv_cache_layout: list = field(default_factory=list)
     dynamic: dict | None = None  # dynamic verification's counters (ascend_spec.vllm.dynamic.DynamicStats)
     runner: str | None = None  # the runner the worker built ("v1"/"v2"): V2 can fall back to V1 silently
@@ -178,6 +179,12 @@ def gdn_records_state(worker) -> tuple[int | None, int | None]:  # noqa: ANN001 
             recorded = int((layer.records.num_recorded > 0).sum())  # every layer records the same slots
             break
     return flushed, recorded
+
+
+def block_slot_calls(worker) -> int | None:  # noqa: ANN001 - runs inside the worker
+    """Draft steps of a V2 speculator whose block inputs the plugin prepared (None: not hooked)."""
+    speculator = getattr(worker.model_runner, "speculator", None)
+    return getattr(speculator, "_ascend_spec_block_slot_calls", None)
 
 
 def _dynamic_stats(worker):  # noqa: ANN001, ANN202 - runs inside the worker
@@ -281,6 +288,7 @@ def collect_counters(llm, run: EngineRun, before: dict, after: dict) -> None:  #
     from ascend_spec.e2e.cpu_v2 import runner_in_use
 
     run.runner = llm.collective_rpc(runner_in_use)[0]
+    run.block_slot_calls = llm.collective_rpc(block_slot_calls)[0]
     state = llm.collective_rpc(gdn_state_per_request)[0]
     if state is not None:
         run.gdn_state_bytes_per_request, run.gdn_slots_per_request = state

@@ -124,3 +124,20 @@ def test_preemption_with_a_small_kv_cache(engine_dir, hybrid_low_entropy, plain_
     )
     # 250-token greedy runs of a bf16 model meet near ties (as the V1 test): comparison stops only there
     assert_matches_plain(plain_hybrid_long, ours, allow_ties=True)
+
+
+def test_dflash_block_inputs_from_prepare_block_slots(engine_dir, hybrid_low_entropy, v1_plain):
+    """With block_slots (the default) V2's DFlash inputs come from prepare_block_slots: the drafter sees the
+    inputs V2's own kernel gives it, so drafts and acceptance are those of the same engine with V2's kernel."""
+    ours = _run(engine_dir, hybrid_low_entropy, "v2", "dflash", plugin=PLUGIN)
+    kernel = _run(engine_dir, hybrid_low_entropy, "v2", "dflash", plugin={"block_slots": False})
+    _assert_lossless_on_one_slot(v1_plain, ours, V2_LENGTHS)
+    assert ours.block_slot_calls and ours.block_slot_calls > 0
+    assert kernel.block_slot_calls is None
+    assert kernel.tokens == ours.tokens
+    assert (ours.num_drafts, ours.num_draft_tokens, ours.num_accepted, ours.accepted_per_position) == (
+        kernel.num_drafts,
+        kernel.num_draft_tokens,
+        kernel.num_accepted,
+        kernel.accepted_per_position,
+    )

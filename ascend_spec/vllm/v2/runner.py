@@ -60,6 +60,8 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         self.ascend_spec = settings
         self.ascend_spec_release = release
         _install_runner_hooks(self)
+        if settings.block_slots:
+            _use_block_slots(self, settings)
 
     __init__._ascend_spec_v2 = True
     return __init__
@@ -87,6 +89,19 @@ def check_v2_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: A
     check_gdn_engine(vllm_config, settings)
 
 
+def _use_block_slots(runner, settings: AscendSpecConfig) -> None:  # noqa: ANN001
+    """DFlash / DSpark speculators (DSpark's subclasses DFlash's) take their block inputs from the project's op."""
+    speculator = getattr(runner, "speculator", None)
+    if speculator is None:
+        return
+    from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+
+    if isinstance(speculator, DFlashSpeculator):
+        from ascend_spec.vllm.v2.dflash_inputs import use_block_slots
+
+        use_block_slots(speculator, settings.backend)
+
+
 def _install_runner_hooks(runner) -> None:  # noqa: ANN001
     load_model = runner.load_model
     finish_requests = runner.finish_requests
@@ -100,7 +115,7 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
         speculator = getattr(self, "speculator", None)
         logger.info(
             "ascend-spec %s on vLLM %s (Model Runner V2): %d GDN layers verify drafts on one state slot per "
-            "request; speculator %s (its own block inputs on V2); %s",
+            "request; speculator %s; %s",
             package_version(),
             installed_vllm_version(),
             len(layers),
