@@ -141,3 +141,81 @@ def test_dflash_block_inputs_from_prepare_block_slots(engine_dir, hybrid_low_ent
         kernel.num_accepted,
         kernel.accepted_per_position,
     )
+
+
+_COMPARE_BUFFERS = """
+import json, sys
+from ascend_spec.e2e.cpu_v2 import select_model_runner
+select_model_runner("v2")
+import torch
+from ascend_spec.e2e.engine import EngineSpec, run_engine
+from ascend_spec.vllm.v2 import dflash_inputs
+
+made = dflash_inputs.prepare_dflash_inputs_with_block_slots
+steps = []
+
+def comparing(original, backend):
+    ours = made(original, backend)
+    def prepare(*args, **kwargs):
+        import inspect
+        a = inspect.signature(original).bind(*args, **kwargs).arguments
+        b = a["input_buffers"]
+        names = ["query_slot_mapping", "context_positions", "context_slot_mapping", "sample_indices",
+                 "sample_pos", "sample_idx_mapping", "temperature", "seeds"]
+        outs = [b.input_ids, b.positions, b.query_start_loc, b.seq_lens] + [a[n] for n in names]
+        start = [t.clone() for t in outs]
+        original(*args, **kwargs)
+        want = [t.clone() for t in outs]
+        for t, s in zip(outs, start):
+            t.copy_(s)
+        ours(*args, **kwargs)
+        names = ["input_ids", "positions", "query_start_loc", "seq_lens"] + names
+        steps.append([n for n, t, w in zip(names, outs, want) if not torch.equal(t, w)])
+    return prepare
+
+dflash_inputs.prepare_dflash_inputs_with_block_slots = comparing
+spec, prompts, lengths = json.loads(sys.argv[1])
+run = run_engine(EngineSpec(**spec), prompts, max_tokens=lengths)
+print(json.dumps({"error": run.error, "steps": steps, "accepted": run.num_accepted}))
+"""
+
+
+@pytest.mark.parametrize("drafter", ["dflash-hybrid", "dspark-dense"])
+def test_block_inputs_equal_v2_kernels_buffers(engine_dir, models_dir, drafter, tmp_path):
+    """Every draft step: V2's own kernel and the prepare_block_slots path, run on the same state, write equal
+    buffers (ids, positions, query and context slots, query_start_loc, seq_lens, sampling rows and state)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from ascend_spec.e2e.tiny_models import make_tiny_models
+
+    method, target = drafter.split("-")
+    models = make_tiny_models(models_dir, hybrid=target == "hybrid", low_entropy=True)
+    draft = str(models.dflash if method == "dflash" else models.dspark)
+    spec = {
+        "target": str(models.target),
+        "hybrid": models.hybrid,
+        "speculative": {"method": method, "model": draft, "num_speculative_tokens": K},
+        "plugin": PLUGIN,
+        "runner": "v2",
+    }
+    script = tmp_path / "compare.py"
+    script.write_text(_COMPARE_BUFFERS)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "VLLM_USE_V2_MODEL_RUNNER")}
+    env.update(ONE_OMP_THREAD, VLLM_ENABLE_V1_MULTIPROCESSING="0", TMPDIR=str(tmp_path))
+    arg = json.dumps([spec, V2_PROMPTS, V2_LENGTHS])
+    proc = subprocess.run(
+        [sys.executable, str(script), arg],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=engine_dir,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["error"] is None, out["error"]
+    assert len(out["steps"]) > 0 and out["accepted"] > 0
+    assert [s for s in out["steps"] if s] == [], out["steps"]
