@@ -309,6 +309,21 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         releases=_V2,
     ),
     PatchPoint(
+        name="v2_dflash_inputs",
+        target="vllm.v1.worker.gpu.spec_decode.dflash.speculator.prepare_dflash_inputs (module global, while an "
+        "enabled runner's DFlash / DSpark speculator's propose runs)",
+        what="the block's ids, positions and query slots and the accepted context's slots come from "
+        "prepare_block_slots; V2's query_start_loc, seq_lens, sampling rows and sampling state are written as "
+        "V2's kernel writes them (equal buffers at every draft step, tested); cp_size > 1 runs V2's kernel",
+        why="one op and one contract for block inputs across V1, V2 and vllm-ascend instead of each runner's "
+        "own expansion kernel (on the CPU harness V2's interpreted kernel is most of a DFlash step)",
+        how="instance attribute wrapping the speculator's propose: the global is swapped in for the call and "
+        "restored after (DSparkSpeculator subclasses DFlashSpeculator and uses the same global)",
+        remove_when="V2 takes block inputs from prepare_block_slots",
+        runner=V2_RUNNER,
+        releases=("vLLM 0.32.0",),
+    ),
+    PatchPoint(
         name="v2_startup_log",
         target="GPUModelRunner.load_model (V2, per runner instance)",
         what="one log line saying what the plugin switched on on V2 (GDN layers verified, speculator)",

@@ -24,10 +24,21 @@ class V1Shims:
 
 
 @dataclass(frozen=True)
+class V2Shims:
+    """What differs between the releases listed for Model Runner V2 in the places its hooks touch (defaults:
+    vLLM 0.32.0's)."""
+
+    # V2's DFlash / DSpark block inputs from prepare_block_slots (v2_dflash_inputs): only where the release's
+    # prepare_dflash_inputs was compared buffer for buffer with the plugin's.
+    dflash_inputs_from_block_slots: bool = True
+
+
+@dataclass(frozen=True)
 class VllmRelease:
     version: str
     checked: str  # how the release was checked: where its engine tests ran, or which wheel was read
     shims: V1Shims = field(default_factory=V1Shims)
+    v2_shims: V2Shims = field(default_factory=V2Shims)
 
 
 # Model Runner V1 (vllm/v1/worker/gpu_model_runner.py and the CPU runner built on it).
@@ -60,6 +71,8 @@ V2_RELEASES: dict[str, VllmRelease] = {
         "req_states.req_id_to_index, block_tables.block_tables) unchanged, model_states/mamba_hybrid.py and "
         "model_states/__init__.py identical, gdn_attn.py's speculative rows unchanged (it adds FlashInfer "
         "prefill checkpoints only)",
+        # its prepare_dflash_inputs adds num_reqs_override and was not compared: V2's own kernel there
+        v2_shims=V2Shims(dflash_inputs_from_block_slots=False),
     ),
 }
 

@@ -2,7 +2,9 @@
 on it, ``vllm/v1/worker/cpu/model_runner.py``), installed by :func:`install_v2` on a release listed for V2.
 
 * :mod:`~ascend_spec.vllm.v2.runner`: ``v2_runner_init`` (applies the rest to an enabled runner), the GDN flush
-  of leaving requests (``v2_gdn_flush``), the start-up line.
+  of leaving requests (``v2_gdn_flush``), the start-up line;
+* :mod:`~ascend_spec.vllm.v2.dflash_inputs`: DFlash / DSpark block inputs from ``prepare_block_slots``
+  (``v2_dflash_inputs``).
 
 V2's GDN metadata (``model_states/mamba_hybrid.py``, ``prepare_attn``) already carries what the plugin's GDN layer
 reads (the scheduled drafts per request as speculative rows, the accepted counts per request on the device), so

@@ -60,7 +60,7 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         self.ascend_spec = settings
         self.ascend_spec_release = release
         _install_runner_hooks(self)
-        if settings.block_slots:
+        if settings.block_slots and release.v2_shims.dflash_inputs_from_block_slots:
             _use_block_slots(self, settings)
 
     __init__._ascend_spec_v2 = True
