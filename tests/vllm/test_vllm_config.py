@@ -57,8 +57,8 @@ def test_every_patch_point_names_its_runner_and_releases() -> None:
     for point in PATCH_POINTS:
         assert point.runner in (ANY_RUNNER, V1_RUNNER, NPU_V1_RUNNER), point.name
         assert point.releases, point.name
-        if point.runner == V1_RUNNER:
-            assert point.releases == tuple(f"vLLM {v}" for v in V1_RELEASES), point.name
+        if point.runner == V1_RUNNER:  # every supported V1 release, or the ones a per-release shim names
+            assert set(point.releases) <= {f"vLLM {v}" for v in V1_RELEASES}, point.name
 
 
 def test_docs_list_every_patch_point() -> None:
