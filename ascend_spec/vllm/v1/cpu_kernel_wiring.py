@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,17 +36,46 @@ def cpu_implementation_name(dispatcher: str) -> str:
     return f"{dispatcher.lstrip('_')}_kernel"
 
 
-def unwired_dispatchers(release: VllmRelease) -> list[tuple[Any, Any]]:
-    """``(dispatcher, vLLM's CPU implementation)`` for each of the release's unwired dispatchers that exist."""
+class CpuKernel:
+    """A stand-in Triton kernel that launches vLLM's CPU implementation of it.
+
+    The dispatcher binds a launch's arguments to the kernel's parameter names (``arg_names``, read from the
+    placeholder's plain function) and calls ``kernel[grid](**kwargs)``. The implementation takes them by name
+    where its parameters are the kernel's, else in the kernel's parameter order (some implementations rename
+    parameters, e.g. ``stride`` for ``block_table_stride``), as vLLM 0.32.0's override registry does.
+    """
+
+    def __init__(self, kernel: Callable[..., Any], implementation: Callable[..., Any]) -> None:
+        self.arg_names = tuple(inspect.signature(kernel).parameters)
+        self.func = implementation
+        self.__name__ = getattr(implementation, "__name__", "cpu_kernel")
+        self._by_name = tuple(inspect.signature(implementation).parameters) == self.arg_names
+
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:  # noqa: ANN401 - a Triton grid
+        return self._launch
+
+    def _launch(self, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+        if args or self._by_name:
+            return self.func(*args, **kwargs)
+        unknown = sorted(set(kwargs) - set(self.arg_names))
+        if unknown:
+            raise TypeError(f"{self.__name__}: launch arguments {unknown} are not the kernel's parameters")
+        return self.func(*(kwargs[name] for name in self.arg_names if name in kwargs))
+
+
+def unwired_dispatchers(release: VllmRelease) -> list[tuple[Any, CpuKernel]]:
+    """``(dispatcher, CpuKernel)`` for each of the release's unwired dispatchers that exist."""
     from vllm.utils import cpu_triton_utils
 
     pairs = []
     for module_name, name in release.shims.cpu_unwired_dispatchers:
         dispatcher = getattr(importlib.import_module(module_name), name, None)
-        implementation = getattr(cpu_triton_utils, cpu_implementation_name(name), None)
-        if dispatcher is None or implementation is None or "kernel" not in vars(dispatcher):
-            continue
-        pairs.append((dispatcher, implementation))
+        wrapper = getattr(cpu_triton_utils, cpu_implementation_name(name), None)
+        implementation = getattr(wrapper, "func", None)  # cpu_triton_utils' _FuncWrapper around the C++ call
+        kernel = vars(dispatcher).get("kernel") if dispatcher is not None else None
+        if implementation is None or kernel is None or not inspect.isfunction(kernel):
+            continue  # absent, or not the placeholder's plain function: nothing to wire
+        pairs.append((dispatcher, CpuKernel(kernel, implementation)))
     return pairs
 
 
