@@ -84,9 +84,13 @@ V1_RELEASES: dict[str, VllmRelease] = {
 }
 
 # Releases known not to work, with the reason given in the refusal.
+# Releases known not to work, with the reason given in the refusal (docs/vllm.md, version matrix: what support
+# would take). 0.27.1: DSpark on V1 needs a confidence head its model class does not load and a config check it
+# does not have (dspark forces Model Runner V2 there), and its rejection sampler launches the expand kernel
+# through a name the cpu_rejection_expand point does not hook; no vllm-ascend release users run pairs with it.
 REFUSED_RELEASES: dict[str, str] = {
-    "0.27.1": "its V1 runner makes a decode batch whose requests all have zero drafts non-speculative "
-    "(gdn_attn.py), which ragged GDN verification cannot run on, and it has no V1 DSpark check to lift",
+    "0.27.1": "its DSpark model class loads no confidence head and forces Model Runner V2, and its CPU "
+    "rejection sampler expands per-request sampling parameters through a kernel the plugin does not hook",
 }
 
 
