@@ -86,6 +86,7 @@ class EngineRun:
     cpus: list[int] = field(
         default_factory=list
     )  # the logical CPUs the engine process could run on (timed runs)
+    runner: str = ""  # the worker's model runner class (module.qualname): which runner decoded
     error: str | None = None
 
     @property
@@ -152,6 +153,11 @@ def gdn_state_per_request(worker) -> tuple[int, int] | None:  # noqa: ANN001 - r
             if record_nbytes:
                 total += record_nbytes // layer.kv_cache[1].shape[0]
     return (total, slots) if slots is not None else None
+
+
+def model_runner_class(worker) -> str:  # noqa: ANN001 - runs inside the worker
+    runner = type(worker.model_runner)
+    return f"{runner.__module__}.{runner.__qualname__}"
 
 
 def _dynamic_stats(worker):  # noqa: ANN001, ANN202 - runs inside the worker
@@ -241,6 +247,7 @@ def collect_counters(llm, run: EngineRun, before: dict, after: dict) -> None:  #
         int(v - (per_pos_before[i] if i < len(per_pos_before) else 0)) for i, v in enumerate(per_pos_after)
     ]
     run.kv_cache_layout = llm.collective_rpc(kv_cache_layout)[0]
+    run.runner = llm.collective_rpc(model_runner_class)[0]
     run.dynamic = llm.collective_rpc(_dynamic_stats)[0]
     state = llm.collective_rpc(gdn_state_per_request)[0]
     if state is not None:

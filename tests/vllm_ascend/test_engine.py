@@ -1,0 +1,59 @@
+"""vllm-ascend 0.30.0rc2's own ``NPUModelRunner`` decoding on the emulated NPU, against plain vLLM CPU decoding of
+the same checkpoint (the oracle): greedy plain decoding, then vllm-ascend's DFlash proposer with K=3, whose
+greedy tokens must equal plain decoding's (speculative decoding is lossless). ascend-spec is installed and its
+plugin loaded, but not enabled (no ``additional_config``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import EMULATED, PLAIN_CPU, needs_vllm_ascend
+
+from ascend_spec.e2e.engine import EngineRun, EngineSpec, run_isolated
+from ascend_spec.e2e.tiny_models import TinyModels, make_tiny_models
+
+pytestmark = [needs_vllm_ascend, pytest.mark.slow]
+
+NPU_RUNNER = "vllm_ascend.worker.model_runner_v1.NPUModelRunner"
+PROMPTS = [[1, 5, 9, 20, 33], [7, 8, 2, 4], [3, 14, 15, 92, 65, 35, 89, 79, 32]]  # ragged lengths
+MAX_TOKENS = [24, 17, 20]
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    return make_tiny_models(tmp_path_factory.mktemp("ascend_models"), hybrid=False, low_entropy=True)
+
+
+def _run(work: Path, spec: EngineSpec, env: dict[str, str]) -> EngineRun:
+    run = run_isolated(spec, PROMPTS, work_dir=work, env=env, max_tokens=MAX_TOKENS, timeout=1200)
+    assert run.error is None, run.error
+    assert [len(t) for t in run.tokens] == MAX_TOKENS
+    return run
+
+
+@pytest.fixture(scope="module")
+def plain_cpu(ascend_engine_dir: Path, dense: TinyModels) -> EngineRun:
+    run = _run(ascend_engine_dir, EngineSpec(target=dense.target), PLAIN_CPU)
+    assert run.runner != NPU_RUNNER and "vllm_ascend" not in run.runner, run.runner
+    return run
+
+
+def test_npu_model_runner_greedy_equals_plain_cpu(
+    ascend_engine_dir: Path, dense: TinyModels, plain_cpu: EngineRun
+) -> None:
+    run = _run(ascend_engine_dir, EngineSpec(target=dense.target), EMULATED)
+    assert run.runner == NPU_RUNNER
+    assert run.tokens == plain_cpu.tokens
+    assert run.num_drafts == 0
+
+
+def test_npu_model_runner_dflash_k3_equals_plain_cpu(
+    ascend_engine_dir: Path, dense: TinyModels, plain_cpu: EngineRun
+) -> None:
+    speculative = {"method": "dflash", "model": str(dense.dflash), "num_speculative_tokens": 3}
+    run = _run(ascend_engine_dir, EngineSpec(target=dense.target, speculative=speculative), EMULATED)
+    assert run.runner == NPU_RUNNER
+    assert run.tokens == plain_cpu.tokens
+    assert run.num_drafts > 0 and run.num_draft_tokens == 3 * run.num_drafts
+    assert run.num_accepted > 0  # vllm-ascend's DFlash proposer really drafted (low-entropy target)
