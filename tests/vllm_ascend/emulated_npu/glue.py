@@ -64,19 +64,11 @@ def bind_ops(torch_npu: types.ModuleType) -> None:
 
 def adapt_vllm_ascend() -> None:
     """vllm-ascend's platform on a CPU device: CPU tensors and dispatch key, gloo, no pinned memory."""
-    import vllm.v1.utils as v1_utils
     import vllm_ascend.utils as ascend_utils
     from vllm_ascend.platform import NPUPlatform
 
-    # Pinned host memory needs an accelerator allocator the CPU build of torch does not have. vLLM reads
-    # PIN_MEMORY once per module (``from ... import PIN_MEMORY``) and as a default argument of CpuGpuBuffer.
+    # Pinned host memory: none (stubs._no_pinned_memory makes every pin_memory=True request an ordinary one).
     NPUPlatform.is_pin_memory_available = classmethod(lambda cls: False)
-    for name, module in list(sys.modules.items()):
-        if name.startswith(("vllm.", "vllm_ascend.")) and getattr(module, "PIN_MEMORY", None) is True:
-            module.PIN_MEMORY = False
-    init = v1_utils.CpuGpuBuffer.__init__
-    init.__kwdefaults__ = {**(init.__kwdefaults__ or {}), "pin_memory": False}
-    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
     NPUPlatform.device_type = "cpu"  # tensors the runner allocates on "the NPU" live in CPU memory
     NPUPlatform.dispatch_key = "CPU"  # vllm-ascend's torch.ops.vllm.* kernels register for this key
     NPUPlatform.dist_backend = "gloo"  # one rank, no HCCL

@@ -9,12 +9,17 @@ bound to the CPU implementations in :mod:`emulated_npu.ops` by :func:`emulated_n
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import sys
 import types
 from unittest.mock import MagicMock
 
 SOC_VERSION = 220  # what torch_npu reports on an Ascend 910B1 (A2; vllm_ascend/device/hardware.py:65)
+PINNABLE_FACTORIES = (
+    "tensor", "empty", "zeros", "ones", "full", "arange", "empty_strided",
+    "empty_like", "zeros_like", "ones_like", "full_like", "randn", "rand",
+)  # fmt: skip
 DEVICE_MEMORY_BYTES = 16 << 30  # what mem_get_info reports: vLLM sizes nothing by it (kv_cache_memory_bytes)
 
 
@@ -198,3 +203,22 @@ def install_torch_npu_namespace(torch_npu: types.ModuleType) -> None:
             record_stream(self, stream)
 
     torch.Tensor.record_stream = record_stream_
+    _no_pinned_memory(torch)
+
+
+def _no_pinned_memory(torch: types.ModuleType) -> None:
+    """Host memory is never pinned: pinning needs an accelerator allocator the CPU torch has none of, and vLLM and
+    vllm-ascend ask for it in many places (``PIN_MEMORY`` read at import, ``pin_memory=True`` written out)."""
+
+    def unpinned(factory):  # noqa: ANN001, ANN202
+        @functools.wraps(factory)
+        def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            if kwargs.get("pin_memory"):
+                kwargs["pin_memory"] = False
+            return factory(*args, **kwargs)
+
+        return call
+
+    for name in PINNABLE_FACTORIES:
+        setattr(torch, name, unpinned(getattr(torch, name)))
+    torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
