@@ -63,26 +63,25 @@ def bind_ops(torch_npu: types.ModuleType) -> None:
 
 
 def adapt_vllm_ascend() -> None:
-    """vllm-ascend's platform on a CPU device: CPU tensors and dispatch key, gloo, no pinned memory."""
-    import vllm_ascend.utils as ascend_utils
-    from vllm_ascend.platform import NPUPlatform
-
-    # Pinned host memory: none (stubs._no_pinned_memory makes every pin_memory=True request an ordinary one).
-    NPUPlatform.is_pin_memory_available = classmethod(lambda cls: False)
-    NPUPlatform.device_type = "cpu"  # tensors the runner allocates on "the NPU" live in CPU memory
-    NPUPlatform.dispatch_key = "CPU"  # vllm-ascend's torch.ops.vllm.* kernels register for this key
-    NPUPlatform.dist_backend = "gloo"  # one rank, no HCCL
-    ascend_utils.register_device_print = lambda: None  # a debugging op of the extension
-    import vllm_ascend.worker.block_table as block_table
-
-    _gloo_for_hccl()
-    block_table._compute_slot_mapping_kernel = ops.KernelLauncher(ops.compute_slot_mapping)
+    """vllm-ascend's platform on a CPU device: CPU tensors and dispatch key, gloo, no pinned memory; the Triton
+    kernels the runner still launches with ``HAS_TRITON`` off run as the CPU functions of :mod:`.ops`."""
     import vllm_ascend.ops.triton.triton_utils as triton_utils
     import vllm_ascend.spec_decode.dflash_proposer as dflash_proposer
     import vllm_ascend.spec_decode.dspark_proposer as dspark_proposer
+    import vllm_ascend.utils as ascend_utils
+    import vllm_ascend.worker.block_table as block_table
+    from vllm_ascend.platform import NPUPlatform
 
-    # The vector-core count sizes Triton grids (one 910B1: 48 vector cores); the CPU launchers ignore the grid.
+    NPUPlatform.device_type = "cpu"  # tensors the runner allocates on "the NPU" live in CPU memory
+    NPUPlatform.dispatch_key = "CPU"  # vllm-ascend's torch.ops.vllm.* kernels register for this key
+    NPUPlatform.dist_backend = "gloo"  # one rank, no HCCL
+    # No pinned host memory (stubs._no_pinned_memory turns every pin_memory=True request into an ordinary one).
+    NPUPlatform.is_pin_memory_available = classmethod(lambda cls: False)
+    ascend_utils.register_device_print = lambda: None  # a debugging op of the extension
+    _gloo_for_hccl()
+    # The vector-core count sizes Triton grids (910B1: 24 cube, 48 vector cores); the CPU launchers ignore grids.
     triton_utils._NUM_AICORE, triton_utils._NUM_VECTORCORE = 24, 48
+    block_table._compute_slot_mapping_kernel = ops.KernelLauncher(ops.compute_slot_mapping)
     launcher = ops.KernelLauncher(ops.copy_and_expand_dflash_inputs)
     dflash_proposer.copy_and_expand_dflash_and_dspark_inputs_kernel = launcher
     dspark_proposer.copy_and_expand_dflash_and_dspark_inputs_kernel = launcher
