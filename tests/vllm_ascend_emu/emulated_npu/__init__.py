@@ -2,7 +2,7 @@
 
 :func:`install` makes ``import torch_npu`` and ``torch.npu`` resolve to stand-ins (:mod:`.stubs`, after vllm-ascend's
 own CPU unit-test setup), binds the compute ops vllm-ascend's runner calls to CPU implementations (:mod:`.ops`,
-each checked against a PyTorch reference in tests/vllm_ascend/test_npu_ops.py) and adapts vllm-ascend's platform to
+each checked against a PyTorch reference in tests/vllm_ascend_emu/test_npu_ops.py) and adapts vllm-ascend's platform to
 a CPU device (:mod:`.glue`). With it, ``vllm_ascend.platform.NPUPlatform``, ``NPUWorker``, ``NPUModelRunner``,
 its attention backend, custom ops and proposers run unchanged.
 
