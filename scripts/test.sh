@@ -4,13 +4,18 @@
 # vLLM 0.32.0), then the engine matrix: each other vLLM release in its own .venv-vllm-RELEASE (built in the
 # background while the main suite runs), running the engine tests marked for it (a supported release:
 # `matrix or inert`; any other: `inert`, the plugin installed but not enabled).
+# Last, vllm-ascend 0.30.0rc2's NPUModelRunner on the emulated NPU (.venv-vllm-ascend, tests/vllm_ascend_emu).
 # With arguments, only pytest on .venv runs, with those arguments. ASCEND_SPEC_MATRIX lists the other releases
-# (default "0.30.0 0.27.1"; empty: none).
+# (default "0.30.0 0.27.1"; empty: none); ASCEND_SPEC_EMULATED_NPU_TESTS=0 skips the vllm-ascend part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
 matrix="${ASCEND_SPEC_MATRIX-0.30.0 0.27.1}"
-[ "$#" -eq 0 ] || matrix=""
+ascend="${ASCEND_SPEC_EMULATED_NPU_TESTS:-1}"
+if [ "$#" -ne 0 ]; then
+  matrix=""
+  ascend=0
+fi
 logs=$(mktemp -d)
 # One after another (each is an editable install of this tree), in the background of the main suite.
 (
@@ -19,6 +24,9 @@ logs=$(mktemp -d)
       touch "$logs/ok-$release"
     fi
   done
+  if [ "$ascend" = 1 ] && bash scripts/setup_vllm_ascend_env.sh >"$logs/setup-vllm-ascend.log" 2>&1; then
+    touch "$logs/ok-vllm-ascend"
+  fi
 ) &
 setup_pid=$!
 . .venv/bin/activate
@@ -26,7 +34,7 @@ export TRITON_INTERPRET=1 ASCEND_SPEC_CHECKS=1
 ruff check .
 ruff format --check .
 python -m pytest -q "$@"
-[ -n "$matrix" ] || exit 0
+[ -n "$matrix" ] || [ "$ascend" = 1 ] || exit 0
 deactivate
 wait "$setup_pid"
 for release in $matrix; do
@@ -42,3 +50,14 @@ for release in $matrix; do
   "$py" -m pytest -q -m "$selection" tests/vllm
   echo "engine matrix: vLLM $release took $(($(date +%s) - start)) s"
 done
+if [ "$ascend" = 1 ]; then
+  if [ ! -f "$logs/ok-vllm-ascend" ]; then
+    cat "$logs/setup-vllm-ascend.log"
+    echo "setting up vllm-ascend failed" >&2
+    exit 1
+  fi
+  start=$(date +%s)
+  echo "vllm-ascend 0.30.0rc2 on the emulated NPU"
+  .venv-vllm-ascend/bin/python -m pytest -q tests/vllm_ascend_emu
+  echo "vllm-ascend took $(($(date +%s) - start)) s"
+fi

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from ascend_spec.cli_args import CommandError
+from ascend_spec.e2e.cpu_v2 import RUNNERS
 from ascend_spec.e2e.engine import EngineSpec, run_isolated
 from ascend_spec.e2e.report import Row, first_divergences, format_table
 from ascend_spec.e2e.tiny_models import VOCAB_SIZE, make_tiny_models
@@ -72,6 +73,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=METHODS,
         help="speculative methods to run (repeatable; default ngram and dflash, plus mtp on the "
         "built-in hybrid)",
+    )
+    p.add_argument(
+        "--runner",
+        default="v1",
+        choices=RUNNERS,
+        help="vLLM's model runner of every engine: v1 (default) or v2 (Model Runner V2, on the CPU engine through "
+        "the interpreted-Triton harness of ascend_spec/e2e/cpu_v2.py: for tokens and counters, not speed)",
     )
     p.add_argument("--num-spec", type=int, default=3, help="drafts per step K (default 3)")
     p.add_argument("--prompts", type=int, default=6, help="number of built-in prompts (default 6)")
@@ -130,6 +138,10 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--num-spec must be >= 1; got {args.num_spec}")
     if args.prompts < 1 or args.max_tokens < 1:
         raise CommandError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
+    if args.sweep and args.runner != "v1":
+        raise CommandError(
+            f"--sweep times dynamic verification, which runs on Model Runner V1 in this release; got --runner {args.runner}"
+        )
     if args.sweep:
         from ascend_spec.e2e.sweep import pinned_cpus
 
@@ -157,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
     lengths = [max(1, args.max_tokens - 3 * (i % 3)) for i in range(len(prompts))]
 
     def spec(speculative: dict | None, plugin: dict | None) -> EngineSpec:
-        return EngineSpec(target=target, speculative=speculative, plugin=plugin, hybrid=args.hybrid)
+        return EngineSpec(
+            target=target, speculative=speculative, plugin=plugin, hybrid=args.hybrid, runner=args.runner
+        )
 
     work = Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_"))
     plain = run_isolated(
@@ -173,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
             divs = None if result.error or plain.error else first_divergences(plain, result)
             rows.append(Row(mode, method, result, divs))
     print(
-        f"ascend-spec e2e: target {target} ({'hybrid' if args.hybrid else 'dense'}), K={args.num_spec}, "
+        f"ascend-spec e2e: target {target} ({'hybrid' if args.hybrid else 'dense'}), runner {args.runner}, "
+        f"K={args.num_spec}, "
         f"{len(prompts)} prompts, {sum(lengths)} tokens"
     )
     print(format_table(rows))

@@ -99,6 +99,7 @@ class EngineRun:
     cpus: list[int] = field(
         default_factory=list
     )  # the logical CPUs the engine process could run on (timed runs)
+    runner_class: str = ""  # the worker's model runner class (module.qualname): which runner decoded
     error: str | None = None
 
     @property
@@ -185,6 +186,11 @@ def block_slot_calls(worker) -> int | None:  # noqa: ANN001 - runs inside the wo
     """Draft steps of a V2 speculator whose block inputs the plugin prepared (None: not hooked)."""
     speculator = getattr(worker.model_runner, "speculator", None)
     return getattr(speculator, "_ascend_spec_block_slot_calls", None)
+
+
+def model_runner_class(worker) -> str:  # noqa: ANN001 - runs inside the worker
+    runner = type(worker.model_runner)
+    return f"{runner.__module__}.{runner.__qualname__}"
 
 
 def _dynamic_stats(worker):  # noqa: ANN001, ANN202 - runs inside the worker
@@ -284,6 +290,7 @@ def collect_counters(llm, run: EngineRun, before: dict, after: dict) -> None:  #
         int(v - (per_pos_before[i] if i < len(per_pos_before) else 0)) for i, v in enumerate(per_pos_after)
     ]
     run.kv_cache_layout = llm.collective_rpc(kv_cache_layout)[0]
+    run.runner_class = llm.collective_rpc(model_runner_class)[0]
     run.dynamic = llm.collective_rpc(_dynamic_stats)[0]
     from ascend_spec.e2e.cpu_v2 import runner_in_use
 

@@ -71,6 +71,14 @@ def _verify_core_op(
     layer._verify_core(mixed_qkv, b, a, core_attn_out)
 
 
+def _release_shims():  # noqa: ANN202 - V1Shims
+    """The installed release's per-release differences (0.32.0's where the release is not a supported one)."""
+    from ascend_spec.vllm.releases import V1Shims, v1_release
+
+    release = v1_release()
+    return release.shims if release is not None else V1Shims()
+
+
 def _index(t: torch.Tensor) -> torch.Tensor:
     """A contiguous int32 copy: the Triton conv / budget kernels misread strided index views (vLLM hands
     ``block_table[:, 0]`` column views)."""
@@ -105,6 +113,7 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
         self.records = None
         self.conv_records = None
         self._gate_weights: tuple | None = None  # (weight versions, -exp(A_log) fp32, dt_bias fp32)
+        self._release_shims = _release_shims()
         _register_op()
         self._forward_method = self._forward_verify
 
@@ -230,7 +239,17 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
         torch.ops.vllm.ascend_spec_gdn_verify_core(
             mixed_qkv, b, a, core_attn_out, _encode_layer_name(self.prefix)
         )
-        return self._output_projection(core_attn_out, z)
+        return self._project_output(core_attn_out, z)
+
+    def _project_output(self, core_attn_out: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """Gated RMSNorm, then ``out_proj``: vLLM's ``_output_projection`` where the release has it, else the
+        same on the ``[tokens * heads, head_dim]`` views the release's own forwards use."""
+        if self._release_shims.gdn_output_projection:
+            return self._output_projection(core_attn_out, z)
+        shape = z.shape
+        normed = self.norm(core_attn_out.reshape(-1, core_attn_out.shape[-1]), z.reshape(-1, shape[-1]))
+        output, _ = self.out_proj(normed.reshape(shape).flatten(-2))
+        return output
 
     def _verify_core(
         self, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, core_attn_out: torch.Tensor

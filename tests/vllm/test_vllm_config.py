@@ -57,8 +57,8 @@ def test_every_patch_point_names_its_runner_and_releases() -> None:
     for point in PATCH_POINTS:
         assert point.runner in (ANY_RUNNER, V1_RUNNER, V2_RUNNER, NPU_V1_RUNNER), point.name
         assert point.releases, point.name
-        if point.runner == V1_RUNNER:
-            assert point.releases == tuple(f"vLLM {v}" for v in V1_RELEASES), point.name
+        if point.runner == V1_RUNNER:  # every supported V1 release, or the ones a per-release shim names
+            assert set(point.releases) <= {f"vLLM {v}" for v in V1_RELEASES}, point.name
         if point.runner == V2_RUNNER:
             assert set(point.releases) <= {f"vLLM {v}" for v in V2_RELEASES}, point.name
     assert {p.name for p in PATCH_POINTS if p.runner == V2_RUNNER} == {

@@ -19,6 +19,7 @@ from engine_helpers import (
     assert_matches_plain,
     gdn_bytes_per_request,
     run,
+    run_upstream,
     speculative,
 )
 
@@ -91,13 +92,17 @@ def test_ngram_on_random_hybrid_matches_plain_up_to_bf16_ties(engine_dir, hybrid
 @pytest.mark.matrix
 def test_dflash_on_hybrid_one_state_slot_per_request(engine_dir, hybrid_low_entropy, plain_hybrid_le):
     spec = speculative("dflash", hybrid_low_entropy)
-    upstream = run(engine_dir, hybrid_low_entropy, speculative=spec)
+    upstream = run_upstream(engine_dir, hybrid_low_entropy, speculative=spec)
     ours = run(engine_dir, hybrid_low_entropy, speculative=spec, plugin=PLUGIN)
     assert_matches_plain(plain_hybrid_le, ours, allow_ties=False)
     assert ours.num_accepted > 0
-    assert (ours.gdn_slots_per_request, upstream.gdn_slots_per_request) == (1, 1 + K)
+    assert ours.gdn_slots_per_request == 1
     assert ours.gdn_state_bytes_per_request == gdn_bytes_per_request(hybrid_low_entropy, K, plugin=True)
-    assert upstream.gdn_state_bytes_per_request == gdn_bytes_per_request(hybrid_low_entropy, K, plugin=False)
+    if upstream.error is None:  # vLLM's own engine, where it decodes speculatively: 1 + K slots per request
+        assert upstream.gdn_slots_per_request == 1 + K
+        assert upstream.gdn_state_bytes_per_request == gdn_bytes_per_request(
+            hybrid_low_entropy, K, plugin=False
+        )
 
 
 def test_mtp_on_hybrid_matches_plain(engine_dir, hybrid_low_entropy, plain_hybrid_le):

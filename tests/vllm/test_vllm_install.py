@@ -101,7 +101,7 @@ def test_unsupported_release_gets_only_the_gate_and_refuses_in_one_line(
     assert "does not support vLLM 0.27.1" in line
     for version in releases.V1_RELEASES:
         assert version in line
-    assert "zero drafts non-speculative" in line  # the reason this release is refused
+    assert releases.REFUSED_RELEASES["0.27.1"] in line  # the reason this release is refused
 
 
 def test_unknown_release_is_refused_naming_the_supported_ones() -> None:

@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from ascend_spec.vllm.releases import VllmRelease
+
 
 def expand_per_request(
     output: torch.Tensor,
@@ -51,24 +53,34 @@ def expand_per_request(
     output[:total] = values.repeat_interleave(counts, output_size=total).to(output.dtype)
 
 
-def cpu_expand_is_broken() -> bool:
-    """True where vLLM's ``_expand`` launches the CPU C++ override written for int64 tensors only."""
+def cpu_expand_is_broken(release: VllmRelease | None = None) -> bool:
+    """True where vLLM's ``_expand`` launches the CPU C++ override written for int64 tensors only, or (a release
+    whose CPU runner leaves ``_expand`` unwired, :mod:`ascend_spec.vllm.v1.cpu_kernel_wiring`) cannot launch."""
+    if release is not None and not release.shims.cpu_expand_writes_a_copy:
+        return False
     try:  # engines without the kernel-override registry (other vLLM versions, vllm-ascend pairs) have no such path
         from vllm.triton_utils.dispatcher import KernelOverride
         from vllm.utils import cpu_triton_utils
         from vllm.v1.sample import rejection_sampler
     except ImportError:
-        return False
+        return release is not None and _expand_unwired(release)
 
     kernel = vars(rejection_sampler._expand).get("kernel")
     return isinstance(kernel, KernelOverride) and kernel.func is cpu_triton_utils._expand_kernel_impl
 
 
-def install_rejection_expand(runner: Any) -> bool:  # noqa: ANN401 - a vLLM model runner
+def _expand_unwired(release: VllmRelease) -> bool:
+    from ascend_spec.vllm.v1.cpu_kernel_wiring import cpu_without_triton
+
+    unwired = ("vllm.v1.sample.rejection_sampler", "_expand") in release.shims.cpu_unwired_dispatchers
+    return unwired and cpu_without_triton()
+
+
+def install_rejection_expand(runner: Any, release: VllmRelease | None = None) -> bool:  # noqa: ANN401
     """Run the runner's rejection sampler with :func:`expand_per_request` as ``_expand`` (only where it is
     broken); returns whether it was installed."""
     sampler = getattr(runner, "rejection_sampler", None)
-    if sampler is None or not cpu_expand_is_broken():
+    if sampler is None or not cpu_expand_is_broken(release):
         return False
     forward: Callable[..., Any] = sampler.forward
 

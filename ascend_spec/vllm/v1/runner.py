@@ -77,7 +77,10 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         _install_runner_hooks(self)
         from ascend_spec.vllm.v1.rejection_expand import install_rejection_expand
 
-        install_rejection_expand(self)
+        install_rejection_expand(self, release)
+        from ascend_spec.vllm.v1.cpu_kernel_wiring import install_cpu_kernel_wiring
+
+        install_cpu_kernel_wiring(self, release)
         if settings.dynamic.enabled:
             from ascend_spec.vllm.v1.dynamic_hooks import install_dynamic
 
@@ -110,7 +113,9 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
         from ascend_spec.vllm.gdn_layer import new_step
 
         new_step()
-        _flush_leaving_requests(self, scheduler_output)
+        _flush_leaving_requests(
+            self, scheduler_output, plain_decodes=self.ascend_spec_release.shims.zero_draft_decodes_run_plain
+        )
         return update_states(scheduler_output)
 
     def _load_model_with_log(self, *args: Any, **kwargs: Any):  # noqa: ANN202
@@ -134,8 +139,11 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
     runner.load_model = types.MethodType(_load_model_with_log, runner)
 
 
-def _flush_leaving_requests(runner, scheduler_output) -> None:  # noqa: ANN001
-    """Flush every GDN layer's pending records for requests that are about to leave the persistent batch."""
+def _flush_leaving_requests(runner, scheduler_output, *, plain_decodes: bool = False) -> None:  # noqa: ANN001
+    """Flush every GDN layer's pending records for requests that are about to leave the persistent batch and,
+    with ``plain_decodes`` (a release that runs decode rows without drafts through vLLM's own GDN kernels, from
+    the committed state slot: ``V1Shims.zero_draft_decodes_run_plain``), for requests scheduled this step
+    without drafts."""
     import torch
 
     layers = gdn_layers(runner)  # scanned once the model is built, not every step
@@ -144,7 +152,15 @@ def _flush_leaving_requests(runner, scheduler_output) -> None:  # noqa: ANN001
     batch = runner.input_batch
     scheduled = scheduler_output.num_scheduled_tokens
     finished = scheduler_output.finished_req_ids
-    rows = [row for rid, row in batch.req_id_to_index.items() if rid in finished or rid not in scheduled]
+    drafts = scheduler_output.scheduled_spec_decode_tokens
+
+    def leaves_or_runs_plain(rid: str) -> bool:
+        if rid in finished or rid not in scheduled:
+            return True
+        # vLLM's speculative GDN rows are the scheduled decodes of exactly 1 + len(drafts) tokens
+        return plain_decodes and (rid not in drafts or scheduled[rid] != len(drafts[rid]) + 1)
+
+    rows = [row for rid, row in batch.req_id_to_index.items() if leaves_or_runs_plain(rid)]
     if not rows:
         return
     gid = mamba_group(runner)

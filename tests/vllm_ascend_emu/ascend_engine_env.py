@@ -1,0 +1,27 @@
+"""Environments of the engine tests in tests/vllm_ascend_emu: the emulated NPU, and plain vLLM CPU in the same venv."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+import pytest
+
+# vllm-ascend's platform on the emulated NPU (the venv's .pth loads emulated_npu in every process).
+EMULATED = {"ASCEND_SPEC_EMULATED_NPU": "1", "OMP_NUM_THREADS": "1"}
+# Plain vLLM CPU in the same venv: vllm-ascend's platform plugin left out, the emulation off.
+PLAIN_CPU = {"ASCEND_SPEC_EMULATED_NPU": "0", "VLLM_PLUGINS": "ascend_spec", "OMP_NUM_THREADS": "1"}
+
+
+def vllm_ascend_installed() -> bool:
+    """By its distribution: ``find_spec("vllm_ascend")`` is fooled by any folder of that name on sys.path."""
+    try:
+        version("vllm-ascend")
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+needs_vllm_ascend = pytest.mark.skipif(
+    not vllm_ascend_installed(),
+    reason="needs vllm-ascend 0.30.0rc2 on the emulated NPU (.venv-vllm-ascend, scripts/setup_vllm_ascend_env.sh)",
+)
