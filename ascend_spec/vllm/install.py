@@ -7,6 +7,8 @@ here stops every engine of the process, also those that never enable the plugin.
   on any release: for a config without ``additional_config["ascend_spec"]`` it only calls vLLM's own code; with
   the key it checks the settings, then refuses in one line a release the plugin does not support, a Model
   Runner V2 engine, or a process where installing the hooks failed;
+* where vllm-ascend is installed, its ``AscendConfig`` (which forbids unknown ``additional_config`` keys) is made to
+  leave the plugin's key alone (:mod:`ascend_spec.vllm.ascend.config_key`; without importing vllm-ascend);
 * the **runner hooks** of the installed release's runner (:mod:`ascend_spec.vllm.v1`) are installed only on a
   supported release (:mod:`ascend_spec.vllm.releases`), each only where its target exists;
 * nothing escapes: a failure is logged through vLLM's logger (one warning line) and kept for the gate.
@@ -35,6 +37,7 @@ def install() -> None:
     try:
         version = installed_vllm_version()
         _install_config_gate()
+        _install_vllm_ascend_config_key()
         release = v1_release(version)
         if release is not None:
             from ascend_spec.vllm.v1 import install_v1
@@ -69,6 +72,15 @@ def check_runner(vllm_config) -> None:  # noqa: ANN001
             "additional_config['ascend_spec'] is set but this engine runs Model Runner V2, which ascend-spec "
             "does not hook in this release; set VLLM_USE_V2_MODEL_RUNNER=0 or remove the key"
         )
+
+
+def _install_vllm_ascend_config_key() -> None:
+    from ascend_spec.vllm.ascend import vllm_ascend_importable
+
+    if vllm_ascend_importable():
+        from ascend_spec.vllm.ascend.config_key import install_config_key
+
+        install_config_key()
 
 
 def _install_config_gate() -> None:

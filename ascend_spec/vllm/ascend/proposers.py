@@ -57,14 +57,6 @@ class _AscendSpecProposerMixin:
             self.draft_graphs = self._draft_dispatcher(settings, vllm_config, device)
 
     def _verify_scheduler(self, settings: AscendSpecConfig, device: Any) -> AscendSpecDynamicSpec:
-        from vllm_ascend.ascend_config import get_ascend_config
-
-        if getattr(get_ascend_config(), "enable_reduce_sample", False):
-            raise ValueError(
-                "additional_config['ascend_spec']['vllm_ascend']['dynamic_verify'] needs the draft logits, "
-                "which vllm-ascend's enable_reduce_sample skips (its proposer never calls dynamic_spec.update "
-                "then); set 'enable_reduce_sample': false or 'dynamic_verify': false"
-            )
         adapter = settings.vllm_ascend
         k = self.num_speculative_tokens  # type: ignore[attr-defined]
         backend = _adapter_backend(settings)
