@@ -14,6 +14,7 @@ does nothing for any other module). A process that never loads vllm-ascend is un
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.abc
 import importlib.machinery
@@ -39,10 +40,9 @@ def wrap_ascend_config(module: ModuleType) -> None:
     if not getattr(cls, "__pydantic_complete__", True):
         from pydantic.dataclasses import rebuild_dataclass
 
-        try:
+        # If it cannot complete now it completes on first use; the wrapper re-installs itself then.
+        with contextlib.suppress(Exception):
             rebuild_dataclass(cls)
-        except Exception:  # noqa: BLE001 - completed on first use instead; the wrapper re-installs itself then
-            pass
     original = cls.__init__
     if getattr(original, _MARK, False):
         return
