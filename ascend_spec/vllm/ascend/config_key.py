@@ -36,7 +36,9 @@ def wrap_ascend_config(module: ModuleType) -> None:
     and completing it installs a new ``__init__``, which would drop a wrapper set before. So the class is
     completed first; should pydantic still replace ``__init__`` later, the wrapper puts itself back after the call.
     """
-    cls = module.AscendConfig
+    cls = getattr(module, "AscendConfig", None)
+    if cls is None:  # a vllm-ascend without that class validates additional_config some other way
+        return
     if not getattr(cls, "__pydantic_complete__", True):
         from pydantic.dataclasses import rebuild_dataclass
 
@@ -62,7 +64,8 @@ def wrap_ascend_config(module: ModuleType) -> None:
 
 def is_wrapped() -> bool:
     module = sys.modules.get(MODULE)
-    return module is not None and getattr(module.AscendConfig.__init__, _MARK, False)
+    cls = getattr(module, "AscendConfig", None)
+    return cls is not None and getattr(cls.__init__, _MARK, False)
 
 
 class _Loader(importlib.abc.Loader):
