@@ -306,6 +306,19 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         releases=_VLLM_ASCEND,
     ),
     PatchPoint(
+        name="npu_block_slots",
+        target="vllm_ascend.spec_decode.dflash_proposer.AscendDflashProposer.set_inputs_first_pass",
+        what="DFlash block inputs (ids, positions, paged slots of block and context, sample rows) from "
+        "prepare_block_slots on the adapter's backend; the context holds the accepted tokens only; the attention "
+        "metadata rewritten as vllm-ascend does (block_slots on; with context parallelism vllm-ascend's own)",
+        why="one op and one contract with vLLM's CPU/GPU proposer instead of vllm-ascend's "
+        "copy_and_expand_dflash_and_dspark_inputs_kernel",
+        how="the DFlash subclass overrides the method (ascend_spec/vllm/ascend/block_inputs.py)",
+        remove_when="vllm-ascend adopts prepare_block_slots",
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
+    ),
+    PatchPoint(
         name="npu_dspark_proposer",
         target="vllm_ascend.spec_decode.dspark_proposer.AscendDSparkProposer",
         what="AscendSpecNPUDSparkProposer: the confidence head through head_confidence into ascend-spec's verify "

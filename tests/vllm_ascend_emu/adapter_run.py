@@ -110,6 +110,7 @@ def adapter_probe(worker) -> dict:  # noqa: ANN001 - collective_rpc target, runs
         "drafter_mro": [f"{c.__module__}.{c.__qualname__}" for c in type(drafter).__mro__] if drafter else [],
         "dynamic_spec": name(spec),
         "backend": getattr(spec, "backend", None),
+        "block_slot_calls": getattr(drafter, "block_slot_calls", 0),
         "ascend_spec": runner.__dict__.get("ascend_spec") is not None,
         "methods": own,
         "steps": list(_STEPS),
