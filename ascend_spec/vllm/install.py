@@ -11,6 +11,8 @@ here stops every engine of the process, also those that never enable the plugin.
 * the **runner hooks** of each runner the installed release is listed for (:mod:`ascend_spec.vllm.releases`):
   V1's (:mod:`ascend_spec.vllm.v1`) and V2's (:mod:`ascend_spec.vllm.v2`), each only where its targets exist;
   a failure of V2's hooks refuses V2 engines only;
+* where vllm-ascend is installed, its ``AscendConfig`` (which forbids unknown ``additional_config`` keys) is made to
+  leave the plugin's key alone (:mod:`ascend_spec.vllm.ascend.config_key`; without importing vllm-ascend);
 * nothing escapes: a failure is logged through vLLM's logger (one warning line) and kept for the gate.
 """
 
@@ -39,6 +41,7 @@ def install() -> None:
     try:
         version = installed_vllm_version()
         _install_config_gate()
+        _install_vllm_ascend_config_key()
         release = v1_release(version)
         if release is not None:
             from ascend_spec.vllm.v1 import install_v1
@@ -108,6 +111,15 @@ def check_runner(vllm_config) -> None:  # noqa: ANN001
             f"additional_config['ascend_spec'] is set but this engine runs Model Runner V1, which ascend-spec "
             f"does not hook on vLLM {version}; supported: {supported_line()}. Remove the key"
         )
+
+
+def _install_vllm_ascend_config_key() -> None:
+    from ascend_spec.vllm.ascend import vllm_ascend_importable
+
+    if vllm_ascend_importable():
+        from ascend_spec.vllm.ascend.config_key import install_config_key
+
+        install_config_key()
 
 
 def _install_config_gate() -> None:

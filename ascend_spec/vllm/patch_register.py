@@ -18,7 +18,7 @@ NPU_V1_RUNNER = "vllm-ascend NPUModelRunner (V1)"
 
 _V1 = tuple(f"vLLM {v}" for v in V1_RELEASES)
 _V2 = tuple(f"vLLM {v}" for v in V2_RELEASES)
-_VLLM_ASCEND = ("vllm-ascend main 182b75ea84ff13ece27b57391331ef8935410aea (2026-08-22)",)
+_VLLM_ASCEND = ("vllm-ascend 0.30.0rc2 with vLLM 0.30.0",)
 
 
 @dataclass(frozen=True)
@@ -338,6 +338,21 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     ),
     # -- the vllm-ascend adapter (ascend_spec/vllm/ascend/): NPUModelRunner, on Ascend NPUs only -------------
     PatchPoint(
+        name="npu_config_key",
+        target="vllm_ascend.ascend_config.AscendConfig.__init__",
+        what="the keyword 'ascend_spec' is dropped before AscendConfig validates additional_config; the "
+        "VllmConfig keeps it for the plugin; a config without it is passed on unchanged",
+        why="AscendConfig forbids unknown keys (extra='forbid'): --additional-config '{\"ascend_spec\": ...}' "
+        "failed while the engine config was built ('ascend_spec: Unexpected keyword argument'), in the engine "
+        "process and again in every NPU worker",
+        how="method wrapper installed by register() where vllm_ascend is importable, when vllm-ascend first "
+        "imports ascend_config (a meta-path hook for that one module; ascend_spec/vllm/ascend/config_key.py)",
+        remove_when="vllm-ascend lets plugins own additional_config keys (or strips unknown ones as it does "
+        "for vLLM-Omni)",
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
+    ),
+    PatchPoint(
         name="npu_get_drafter",
         target="vllm_ascend.worker.model_runner_v1.NPUModelRunner._get_drafter",
         what="enabled NPU runners get the adapter's DFlash / DSpark proposers; other methods and runners keep "
@@ -357,6 +372,19 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         why="the runner type-checks its drafter (isinstance AscendDflashProposer), so the hooks live in a subclass",
         how="subclass built by npu_get_drafter",
         remove_when="vllm-ascend runs ascend-spec's scheduler and a separate draft dispatcher itself",
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_block_slots",
+        target="vllm_ascend.spec_decode.dflash_proposer.AscendDflashProposer.set_inputs_first_pass",
+        what="DFlash block inputs (ids, positions, paged slots of block and context, sample rows) from "
+        "prepare_block_slots on the adapter's backend; the context holds the accepted tokens only; the attention "
+        "metadata rewritten as vllm-ascend does (block_slots on; with context parallelism vllm-ascend's own)",
+        why="one op and one contract with vLLM's CPU/GPU proposer instead of vllm-ascend's "
+        "copy_and_expand_dflash_and_dspark_inputs_kernel",
+        how="the DFlash subclass overrides the method (ascend_spec/vllm/ascend/block_inputs.py)",
+        remove_when="vllm-ascend adopts prepare_block_slots",
         runner=NPU_V1_RUNNER,
         releases=_VLLM_ASCEND,
     ),
@@ -421,7 +449,9 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         name="npu_gdn_layer",
         target="vllm_ascend.ops.gdn.AscendGatedDeltaNetAttention._forward_core",
         what="GDN speculative rows verified with verify_causal_conv1d + verify_gated_delta_rule (ascendc) on "
-        "one state slot; rows without drafts run vllm-ascend's _forward_core",
+        "one state slot, between the KV-pool hooks vllm-ascend's _forward_core calls (wait_for_kv_layer_from_"
+        "connector and record_attention_compute_start before, maybe_save_kv_layer_to_connector after); rows "
+        "without drafts run vllm-ascend's _forward_core",
         why="vllm-ascend keeps 1+K state slots per request and skips GDN sequences longer than 16",
         how="the gdn_layer OOT class is AscendSpecNPUGDNAttention on NPU, which overrides _forward_core (the "
         "method vllm-ascend's qwen_gdn_attention_core op calls)",

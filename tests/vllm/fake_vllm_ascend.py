@@ -1,24 +1,26 @@
-"""A minimal ``vllm_ascend`` package tree written into a test's temporary folder.
+"""A minimal ``vllm_ascend`` package tree written into a test's temporary folder, for what the real package
+cannot show on a CPU: ACL graph capture and replay of the drafter (the emulated NPU runs vllm-ascend eager) and a
+drafter whose confidences are a known function of its inputs (the oracle of the verify scheduler's lengths).
 
-It mirrors the class names, module paths, attribute names and method signatures the adapter relies on, as read on
-vllm-project/vllm-ascend main at commit 182b75ea84ff13ece27b57391331ef8935410aea (2026-08-22):
+Everything else about vllm-ascend is checked against the real 0.30.0rc2 package in ``.venv-vllm-ascend``
+(tests/vllm_ascend_emu/test_adapter_real.py: versions, register targets, the ``additional_config`` key, DFlash2,
+the runner's overrides; test_adapter_engine.py: the adapter inside vllm-ascend's own runner). The names mirrored
+here are the ones these tests reach, as read from vllm-ascend 0.30.0rc2's sdist:
 
 * ``worker/model_runner_v1.py``: ``NPUModelRunner(GPUModelRunner)``; ``__init__(vllm_config, device)`` calls
   ``super().__init__`` then ``_set_up_drafter()``, which takes ``_get_drafter()`` and asserts
   ``isinstance(self.drafter, AscendDSparkProposer)`` for DSpark; ``take_draft_token_ids`` cuts each request's
   drafts to ``drafter.dynamic_spec.num_verify_tokens[b]`` (clamped to [0, K]), one ``int()`` per request;
-* ``spec_decode/``: ``get_spec_decode_method(method, vllm_config, device, runner)``;
-  ``AscendSpecDecodeBaseProposer(vllm_config, device, pass_hidden_states_to_model, runner=None)`` with
-  ``_propose`` asking ``self.runner.cudagraph_dispatcher.dispatch(num_tokens=, uniform_decode=, has_lora=)`` and
-  calling ``self.dynamic_spec.update(logits=)`` (DFlash) or ``update(model=, last_hidden_states=,
-  draft_token_ids=, num_reqs=)`` (DSpark); ``AscendEagleProposer`` -> ``AscendDflashProposer`` ->
-  ``AscendDSparkProposer``; ``dummy_run(num_tokens, num_reqs=0, num_tokens_across_dp=None,
-  aclgraph_runtime_mode=NONE, batch_descriptor=None, dummy_compute_logits=..., is_profile=False, **kwargs)``;
-  ``utils.DynamicSpecScheduler(*, method, method_params, max_batch_size, num_speculative_tokens, device)``;
-* ``compilation/acl_graph.py``: ``ACLGraphWrapper`` (graphs keyed by the forward context's BatchDescriptor in
-  FULL mode), ``GraphParams`` and ``set_/get_draft_graph_params``;
-* ``ops/gdn.py``: ``AscendGatedDeltaNetAttention(GatedDeltaNetAttention)._forward_core(mixed_qkv, b, a,
-  core_attn_out)``; ``ascend_config.get_ascend_config().dynamic_spec_config.method``.
+* ``spec_decode/``: ``AscendSpecDecodeBaseProposer._propose`` asking
+  ``self.runner.cudagraph_dispatcher.dispatch(num_tokens=, uniform_decode=, has_lora=)`` and calling
+  ``self.dynamic_spec.update(logits=)`` (DFlash) or ``update(model=, last_hidden_states=, draft_token_ids=,
+  num_reqs=)`` (DSpark); ``AscendEagleProposer`` -> ``AscendDflashProposer`` -> ``AscendDSparkProposer``;
+  ``dummy_run(num_tokens, num_reqs=0, num_tokens_across_dp=None, aclgraph_runtime_mode=NONE,
+  batch_descriptor=None, ...)``; ``utils.DynamicSpecScheduler``;
+* ``compilation/acl_graph.py``: ``ACLGraphWrapper(runnable, vllm_config, runtime_mode, cudagraph_options=None, *,
+  use_eagle=False, enable_enpu=False, update_stream=None)`` (graphs keyed by the forward context's
+  BatchDescriptor in FULL mode), ``GraphParams`` and ``set_/get_draft_graph_params``;
+* ``ascend_config.get_ascend_config().dynamic_spec_config.method``; ``spec_decode/dflash2_proposer.is_dflash2_draft``.
 
 The bodies are this test's own small stand-ins (a linear "drafter" whose logits are a fixed function of its
 inputs, graph entries recorded instead of captured), enough to run the adapter's code paths on CPU.
@@ -30,8 +32,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-COMMIT = "182b75ea84ff13ece27b57391331ef8935410aea"
-SUPPORTED_VERSION = "0.19.2.dev1637+g182b75ea8"
+SUPPORTED_VERSION = "0.30.0rc2"
+PAIRED_VLLM = "0.30.0"  # the vLLM release vllm-ascend 0.30.0rc2 runs with
 
 FILES = {
     "__init__.py": """
@@ -54,7 +56,6 @@ FILES = {
         class _AscendConfig:
             def __init__(self, additional_config):
                 self.dynamic_spec_config = DynamicSpecConfig((additional_config or {{}}).get("dynamic_spec_config"))
-                self.enable_reduce_sample = bool((additional_config or {{}}).get("enable_reduce_sample", False))
 
 
         _ASCEND_CONFIG = None
@@ -102,7 +103,7 @@ FILES = {
             """Graph entries keyed by the forward context's BatchDescriptor in the wrapper's mode."""
 
             def __init__(self, runnable, vllm_config, runtime_mode, cudagraph_options=None, *,
-                         use_eagle=False, enable_enpu=False):
+                         use_eagle=False, enable_enpu=False, update_stream=None):
                 self.runnable = runnable
                 self.runtime_mode = runtime_mode
                 self.concrete_aclgraph_entries = {{}}
@@ -305,6 +306,13 @@ FILES = {
                         self._runnable(torch.zeros(max(num_reqs, 1), dtype=torch.long), max(num_reqs, 1))
                     finally:
                         self.dynamic_spec = saved
+    """,
+    "spec_decode/dflash2_proposer.py": """
+        def is_dflash2_draft(speculative_config):
+            if speculative_config.method != "dflash":
+                return False
+            draft = getattr(speculative_config, "draft_model_config", None)
+            return "DFlash2DraftModel" in (getattr(draft, "architectures", None) or [])
     """,
     "spec_decode/dspark_proposer.py": """
         from vllm_ascend.ascend_config import get_ascend_config

@@ -3,11 +3,15 @@
 Active only for a runner that is vllm-ascend's ``NPUModelRunner`` (so only where vllm_ascend is importable) and
 whose engine enables the plugin (``additional_config["ascend_spec"]``). The plugin's ``runner_init`` wrapper calls
 :func:`prepare_npu_runner` before the runner is built; it checks the vllm-ascend and vLLM versions
-(:mod:`~ascend_spec.vllm.ascend.version`) and installs the adapter's hooks, each listed in the register
-(:data:`ascend_spec.vllm.patch_register.PATCH_POINTS`, ``releases`` naming the vllm-ascend commit). One module per hook:
+(:mod:`~ascend_spec.vllm.ascend.version`: vllm-ascend 0.30.0rc2 with vLLM 0.30.0) and installs the adapter's
+hooks, each listed in the register (:data:`ascend_spec.vllm.patch_register.PATCH_POINTS`, ``releases`` naming the
+vllm-ascend release). One module per hook:
 
+* :mod:`~ascend_spec.vllm.ascend.config_key`: ``AscendConfig`` leaves ``additional_config["ascend_spec"]`` alone
+  (installed by ``register()`` where vllm_ascend is importable, the one hook that precedes any runner);
 * :mod:`~ascend_spec.vllm.ascend.runner`: ``NPUModelRunner._get_drafter`` -> the adapter's proposers;
 * :mod:`~ascend_spec.vllm.ascend.proposers`: subclasses of ``AscendDflashProposer`` / ``AscendDSparkProposer``;
+* :mod:`~ascend_spec.vllm.ascend.block_inputs`: DFlash's block inputs from ``prepare_block_slots``;
 * :mod:`~ascend_spec.vllm.ascend.verify_scheduler`: the ``DynamicSpecScheduler`` replacement and the planner seam;
 * :mod:`~ascend_spec.vllm.ascend.draft_graphs`: the drafter's ACL graphs on its own B x Q;
 * :mod:`~ascend_spec.vllm.ascend.gdn`: the GDN layer of part 1's ragged verification on vllm-ascend's GDN path.

@@ -13,6 +13,12 @@ subclass of the in-tree class (part 1), so on NPU it inherits vllm-ascend's meth
   state slot per request, backend ``ascendc`` unless the config forces another;
 * a step mixing both: the speculative rows as above, the others through vllm-ascend's ``_forward_core`` with the
   layer's metadata narrowed to them (``spec_sequence_masks`` None, their tokens only).
+
+vllm-ascend's ``_forward_core`` (0.30.0rc2, ``ops/gdn.py``) calls the layerwise KV-pool hooks around its work:
+``wait_for_kv_layer_from_connector(prefix)`` and ``record_attention_compute_start()`` before it touches the state,
+``maybe_save_kv_layer_to_connector("", [])`` after its output is written. The speculative path calls them in the
+same places: before the first state access, and the save after the last write (on a mixed step that is
+vllm-ascend's own call for the other rows, which runs last; its second wait finds the layer loaded).
 """
 
 from __future__ import annotations
@@ -54,6 +60,10 @@ class AscendSpecNPUGDNAttention(AscendSpecGDNAttention):
             super()._forward_core(mixed_qkv, b, a, core_attn_out)
             self._drop_records(m.non_spec_state_indices_tensor[: m.num_decodes + m.num_prefills])
             return None
+        from vllm_ascend.ops import gdn as ascend_gdn
+
+        ascend_gdn.wait_for_kv_layer_from_connector(self.prefix)
+        ascend_gdn.record_attention_compute_start()
         mixed = m.num_prefills > 0 or m.num_decodes > 0
         if not mixed:
             n = m.num_spec_decode_tokens
@@ -61,6 +71,7 @@ class AscendSpecNPUGDNAttention(AscendSpecGDNAttention):
                 m, mixed_qkv[:n].contiguous(), b[:n].contiguous(), a[:n].contiguous()
             )
             core_attn_out[:n] = out
+            ascend_gdn.maybe_save_kv_layer_to_connector("", [])
             return None
         spec = m.spec_token_indx
         out = self._verify_spec_rows(

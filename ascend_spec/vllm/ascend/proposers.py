@@ -57,14 +57,6 @@ class _AscendSpecProposerMixin:
             self.draft_graphs = self._draft_dispatcher(settings, vllm_config, device)
 
     def _verify_scheduler(self, settings: AscendSpecConfig, device: Any) -> AscendSpecDynamicSpec:
-        from vllm_ascend.ascend_config import get_ascend_config
-
-        if getattr(get_ascend_config(), "enable_reduce_sample", False):
-            raise ValueError(
-                "additional_config['ascend_spec']['vllm_ascend']['dynamic_verify'] needs the draft logits, "
-                "which vllm-ascend's enable_reduce_sample skips (its proposer never calls dynamic_spec.update "
-                "then); set 'enable_reduce_sample': false or 'dynamic_verify': false"
-            )
         adapter = settings.vllm_ascend
         k = self.num_speculative_tokens  # type: ignore[attr-defined]
         backend = _adapter_backend(settings)
@@ -187,6 +179,49 @@ class AscendSpecNPUDflashProposer(_AscendSpecProposerMixin, AscendDflashProposer
 
     def draft_tokens_per_request(self) -> int:
         return 1 + self.num_speculative_tokens
+
+    def set_inputs_first_pass(
+        self,
+        target_token_ids: Any,
+        next_token_ids: Any,
+        target_positions: Any,
+        target_hidden_states: Any,
+        token_indices_to_sample: Any,
+        cad: Any,
+        num_rejected_tokens_gpu: Any,
+        req_scheduled_tokens: Any = None,
+        long_seq_metadata: Any = None,
+        num_prefill_reqs: int = 0,
+        num_decode_reqs: int = 0,
+    ) -> Any:
+        """``block_slots`` on: the block inputs from ``prepare_block_slots`` (ascend_spec/vllm/ascend/
+        block_inputs.py); off, or with context parallelism (``long_seq_metadata``): vllm-ascend's kernel."""
+        settings = self.ascend_spec
+        if settings is None or not settings.block_slots or long_seq_metadata is not None:
+            return super().set_inputs_first_pass(
+                target_token_ids,
+                next_token_ids,
+                target_positions,
+                target_hidden_states,
+                token_indices_to_sample,
+                cad,
+                num_rejected_tokens_gpu,
+                req_scheduled_tokens=req_scheduled_tokens,
+                long_seq_metadata=long_seq_metadata,
+                num_prefill_reqs=num_prefill_reqs,
+                num_decode_reqs=num_decode_reqs,
+            )
+        from ascend_spec.vllm.ascend.block_inputs import set_block_inputs
+
+        return set_block_inputs(
+            self,
+            next_token_ids=next_token_ids,
+            target_positions=target_positions,
+            target_hidden_states=target_hidden_states,
+            cad=cad,
+            num_rejected_tokens_gpu=num_rejected_tokens_gpu,
+            backend=_adapter_backend(settings),
+        )
 
 
 class AscendSpecNPUDSparkProposer(_AscendSpecProposerMixin, AscendDSparkProposer):

@@ -8,7 +8,7 @@ temporary), keeps a threshold budget refreshed by an ``.item()`` every 16 steps,
 device lengths one ``int()`` per request. :class:`AscendSpecDynamicSpec` keeps that interface and does instead:
 
 * confidence: ``max_softmax_confidence`` on DFlash's draft logits (no N x V temporary), or ``head_confidence`` on
-  DSpark's confidence head (the head is the draft model's own ``markov_embed`` / ``confidence_logits``);
+  DSpark's confidence head (the draft model's own ``markov_embed`` and ``model.confidence_head`` logits);
 * ``update`` only writes the confidences into a static buffer: DFlash's ``update`` runs inside the drafter's
   FULL ACL graph, where host code runs once at capture and never at replay, so it must be device work at fixed
   addresses;
@@ -88,6 +88,18 @@ def make_controller_planner(
         backend=backend,
     )
     return ControllerVerifyPlanner(controller, backend=backend)
+
+
+def _confidence_logits(model: Any, hidden: torch.Tensor, markov: torch.Tensor) -> torch.Tensor:
+    """The DSpark confidence head's logits (before the sigmoid ``head_confidence`` applies).
+
+    vLLM 0.30.0's ``Qwen3DSparkForCausalLM`` (what vllm-ascend 0.30.0rc2's ``AscendQwen3DSparkForCausalLM``
+    subclasses) exposes only ``compute_confidence`` = ``sigmoid(model.confidence_head(hidden, markov))``
+    (``qwen3_dspark.py``); the head itself gives the logits. A model with ``confidence_logits`` is asked directly.
+    """
+    if hasattr(model, "confidence_logits"):
+        return model.confidence_logits(hidden, markov)
+    return model.model.confidence_head(hidden, markov)
 
 
 class AscendSpecDynamicSpec:
@@ -206,7 +218,7 @@ class AscendSpecDynamicSpec:
         hidden = last_hidden_states.reshape(rows, last_hidden_states.shape[-1])
         markov = model.markov_embed(draft_token_ids[:num_reqs, :k])
         markov = markov.reshape(rows, markov.shape[-1]).to(hidden.dtype)
-        return head_confidence(model.confidence_logits(hidden, markov).reshape(num_reqs, k))
+        return head_confidence(_confidence_logits(model, hidden, markov).reshape(num_reqs, k))
 
     # -- the one host copy -----------------------------------------------------------------------------------
     def _publish(self, lengths: torch.Tensor) -> None:

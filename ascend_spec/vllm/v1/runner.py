@@ -44,6 +44,7 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         npu = is_npu_runner(self)
         if npu:
             prepare_npu_runner()  # vllm-ascend's version matrix, then its hooks
+            _check_npu_engine(settings)
         else:
             check_supported()
         _check_engine(vllm_config, settings)
@@ -75,6 +76,8 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         self.ascend_spec = settings
         self.ascend_spec_release = release
         _install_runner_hooks(self)
+        if npu:  # vllm-ascend samples and drafts with its own kernels: the CPU engine's repairs do not apply
+            return
         from ascend_spec.vllm.v1.rejection_expand import install_rejection_expand
 
         install_rejection_expand(self, release)
@@ -92,6 +95,23 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
 def _drafts_with_dspark(vllm_config, settings: AscendSpecConfig) -> bool:  # noqa: ANN001
     spec = vllm_config.speculative_config
     return settings.dspark and spec is not None and spec.method == "dspark"
+
+
+def _check_npu_engine(settings: AscendSpecConfig) -> None:
+    """On vllm-ascend's NPUModelRunner: the core V1 runner's dynamic verification is refused.
+
+    NPUModelRunner overrides every method its hooks wrap (``execute_model``, ``_sample``,
+    ``propose_draft_token_ids``, ``take_draft_token_ids``, ``sample_tokens``, ``_input_fits_in_drafter``,
+    ``_calc_spec_decode_metadata``, ``_copy_draft_token_ids_to_cpu``: vllm-ascend 0.30.0rc2,
+    ``worker/model_runner_v1.py``), so they would wrap code they were never run on; the adapter's own dynamic
+    verification replaces vllm-ascend's ``DynamicSpecScheduler`` instead.
+    """
+    if settings.dynamic.enabled:
+        raise ValueError(
+            "additional_config['ascend_spec']['dynamic'] drives vLLM's own V1 runner and is not supported on "
+            "vllm-ascend's NPUModelRunner; use additional_config['ascend_spec']['vllm_ascend']['dynamic_verify'] "
+            "(with the speculative method's dynamic_spec_config) instead"
+        )
 
 
 def _check_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
