@@ -164,7 +164,9 @@ def test_seeded_random_sampling_reproduces(engine_dir, request, target, method):
     second = run(engine_dir, models, speculative=spec, plugin=PLUGIN, **SAMPLING)
     assert first.tokens == second.tokens
     assert (first.num_drafts, first.num_accepted) == (second.num_drafts, second.num_accepted)
-    assert first.tokens[0] != first.tokens[1] and first.tokens[2] != first.tokens[3]
+    # Another seed, other tokens: on a low-entropy target one prompt may put almost all its mass on one
+    # continuation (the hybrid's PROMPTS[1]: 476 then 123 repeated under two seeds), so one pair must differ.
+    assert first.tokens[0] != first.tokens[1] or first.tokens[2] != first.tokens[3]
     assert first.num_drafts > 0
     if method == "ngram":
         assert first.num_accepted > 0
