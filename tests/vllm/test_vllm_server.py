@@ -9,7 +9,7 @@ import pytest
 from engine_helpers import PROMPTS
 from server_helpers import serve
 
-pytestmark = [pytest.mark.slow, pytest.mark.matrix]
+pytestmark = pytest.mark.slow  # on 0.32.0 (the main suite); its 0.30.0 run passed by hand (docs/vllm.md)
 
 COMMON = [
     "--skip-tokenizer-init",  # the tiny models have no tokenizer: prompts and outputs are token ids
