@@ -165,3 +165,20 @@ def check_supported(version: str | None = None) -> VllmRelease:
     if release is None:
         raise RuntimeError(refusal(version))
     return release
+
+
+def missing_targets(targets: tuple[tuple[str, str, str], ...]) -> list[str]:
+    """The ``(module, class, attribute)`` targets the installed vLLM lacks, as dotted names (a runner's package
+    checks its process-wide targets with this before wrapping anything)."""
+    import importlib
+
+    missing = []
+    for module, cls, attr in targets:
+        try:
+            owner = getattr(importlib.import_module(module), cls)
+        except (ImportError, AttributeError):
+            missing.append(f"{module}.{cls}")
+            continue
+        if not hasattr(owner, attr):
+            missing.append(f"{module}.{cls}.{attr}")
+    return missing

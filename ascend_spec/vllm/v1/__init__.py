@@ -14,7 +14,7 @@ What differs between releases is read from the release's :class:`~ascend_spec.vl
 
 from __future__ import annotations
 
-from ascend_spec.vllm.releases import VllmRelease
+from ascend_spec.vllm.releases import VllmRelease, missing_targets
 
 # Class attributes the process-wide points wrap; a release without one is not hooked at all.
 V1_TARGETS = (
@@ -27,18 +27,7 @@ V1_TARGETS = (
 
 def missing_v1_targets() -> list[str]:
     """The process-wide V1 targets the installed vLLM lacks (dotted names)."""
-    import importlib
-
-    missing = []
-    for module, cls, attr in V1_TARGETS:
-        try:
-            owner = getattr(importlib.import_module(module), cls)
-        except (ImportError, AttributeError):
-            missing.append(f"{module}.{cls}")
-            continue
-        if not hasattr(owner, attr):
-            missing.append(f"{module}.{cls}.{attr}")
-    return missing
+    return missing_targets(V1_TARGETS)
 
 
 def install_v1(release: VllmRelease) -> None:

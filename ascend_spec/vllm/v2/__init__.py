@@ -14,7 +14,7 @@ differs (:mod:`ascend_spec.vllm.gdn_setup` holds what the runners share).
 
 from __future__ import annotations
 
-from ascend_spec.vllm.releases import VllmRelease
+from ascend_spec.vllm.releases import VllmRelease, missing_targets
 
 _RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
 _HYBRID_STATE_MODULE = "vllm.v1.worker.gpu.model_states.mamba_hybrid"
@@ -31,18 +31,7 @@ V2_TARGETS = (
 
 def missing_v2_targets() -> list[str]:
     """The V2 targets the installed vLLM lacks (dotted names)."""
-    import importlib
-
-    missing = []
-    for module, cls, attr in V2_TARGETS:
-        try:
-            owner = getattr(importlib.import_module(module), cls)
-        except (ImportError, AttributeError):
-            missing.append(f"{module}.{cls}")
-            continue
-        if not hasattr(owner, attr):
-            missing.append(f"{module}.{cls}.{attr}")
-    return missing
+    return missing_targets(V2_TARGETS)
 
 
 def install_v2(release: VllmRelease) -> None:
