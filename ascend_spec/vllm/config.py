@@ -17,6 +17,7 @@ CONFIG_KEY = "ascend_spec"
 BACKENDS = ("auto", "reference", "triton", "ascendc", "cpu")
 DYNAMIC_MODES = ("auto", "sync", "async", "off")
 PROFILE_STATISTICS = ("min", "median")
+ESTIMATE_MODES = ("auto", "combine")
 
 
 def _where(key: str) -> str:
@@ -48,6 +49,11 @@ class DynamicConfig:
       the profiles alone.
     * ``measure_every``: once a batch size has a full window of measured steps, time one decode step in this
       many (default 4; 1 times every step).
+    * ``estimate``: the online acceptance estimate per request (:mod:`ascend_spec.vllm.acceptance_estimate`).
+      ``auto`` (default): drafters without scores of their own (ngram, MTP, EAGLE-3, draft_model) are planned
+      on it, DFlash and DSpark on their own scores (with ``calibrate``); ``combine``: DFlash and DSpark too,
+      their confidences times each request's observed / predicted acceptance (``calibrate`` then has no
+      effect: the estimate is its per-request form).
     """
 
     mode: str = "auto"
@@ -60,6 +66,7 @@ class DynamicConfig:
     calibrate: bool = True
     measure_steps: bool = True
     measure_every: int = 4
+    estimate: str = "auto"
 
     @property
     def enabled(self) -> bool:
@@ -86,6 +93,10 @@ def _parse_dynamic(raw: object) -> DynamicConfig:
         raise ValueError(f"unknown key {where}['{unknown[0]}']; known keys: {', '.join(sorted(known))}")
     if "mode" in raw and raw["mode"] not in DYNAMIC_MODES:
         raise ValueError(f"{where}['mode'] must be one of {', '.join(DYNAMIC_MODES)}; got {raw['mode']!r}")
+    if "estimate" in raw and raw["estimate"] not in ESTIMATE_MODES:
+        raise ValueError(
+            f"{where}['estimate'] must be one of {', '.join(ESTIMATE_MODES)}; got {raw['estimate']!r}"
+        )
     if "profile" in raw and (not isinstance(raw["profile"], str) or not raw["profile"]):
         raise ValueError(
             f"{where}['profile'] must be 'measure' or a profile file path; got {raw['profile']!r}"

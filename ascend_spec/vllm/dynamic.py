@@ -2,8 +2,10 @@
 
 One step, after the drafter proposed ``[B, K]`` drafts:
 
-1. confidence ``c [B, K]``: ``max_softmax_confidence`` on DFlash's draft logits, or ``head_confidence`` on a
-   DSpark confidence head (the :class:`DraftScores` seam: a proposer's ``take_draft_scores()``);
+1. confidence ``c [B, K]``: ``max_softmax_confidence`` on DFlash's draft logits, ``head_confidence`` on a
+   DSpark confidence head (the :class:`DraftScores` seam: a proposer's ``take_draft_scores()``), or, for every
+   drafter, the request's online acceptance estimate (kind ``estimate``,
+   :mod:`ascend_spec.vllm.acceptance_estimate`: the conditional acceptances, alone or times the drafter's own);
 2. survival ``p = survival_probs(c)`` (on a CPU engine whose confidence op runs the native kernel, 1 and 2 are one
    C++ call into reused buffers, :class:`~ascend_spec.ops.max_softmax_confidence.cpu.DraftSurvival`: the two ops'
    Python layers cost 5x their arithmetic at a decode step's sizes);
@@ -41,7 +43,7 @@ from ascend_spec.graph.calibration import SurvivalCalibration
 from ascend_spec.ops import head_confidence, max_softmax_confidence, survival_probs
 from ascend_spec.ops.max_softmax_confidence import OP as CONFIDENCE_OP
 
-SCORE_KINDS = ("logits", "head")
+SCORE_KINDS = ("logits", "head", "estimate")
 _HOST = torch.device("cpu")
 #: Consecutive plain plans double the drafter-less stretch, at most this many times (probe_interval x 32): a
 #: probe costs a drafter run and a plan, and four plain probes in a row are strong evidence.
@@ -51,16 +53,20 @@ MAX_BACKOFF_DOUBLINGS = 5
 @dataclass(frozen=True)
 class DraftScores:
     """What a drafter exposes for its confidences: ``logits [B*K, V]`` (max-softmax) or ``head [B, K]`` logits
-    of a confidence head (sigmoid), with B and K."""
+    of a confidence head (sigmoid), with B and K; or ``estimate [B, K]``: conditional acceptances in [0, 1]
+    already (the acceptance estimate). ``label`` names the scoring in the stats (``score_kinds``; default: kind)."""
 
     kind: str
     values: torch.Tensor
     num_reqs: int
     num_drafts: int
+    label: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in SCORE_KINDS:
             raise ValueError(f"DraftScores.kind must be one of {', '.join(SCORE_KINDS)}; got {self.kind!r}")
+        if not self.label:
+            object.__setattr__(self, "label", self.kind)
 
 
 class ConfidenceSource(Protocol):
@@ -87,6 +93,9 @@ def take_checked_scores(
 def confidence(scores: DraftScores, backend: str = "auto", out: torch.Tensor | None = None) -> torch.Tensor:
     """``[B, K]`` fp32 confidences in [0, 1] from a drafter's scores (into ``out [B, K]`` when given)."""
     b, k = scores.num_reqs, scores.num_drafts
+    if scores.kind == "estimate":  # conditional acceptances already
+        values = scores.values.reshape(b, k)
+        return values.float() if out is None else out.copy_(values)
     if scores.kind == "head":
         values = scores.values.reshape(b, k)
         return head_confidence(values) if out is None else head_confidence(values, out=out)
@@ -258,6 +267,8 @@ class DynamicVerifier:
         self._next_predictions: tuple[list[str], np.ndarray] | None = None
         self._step_predictions: tuple[list[str], np.ndarray] | None = None
         self._step_verified: dict[str, list[int]] = {}
+        # The engine's acceptance-estimate wiring when the plan scores by it (V1: estimate_wiring.EstimateRows)
+        self.estimate = None
 
     def skip_drafter(self) -> bool:
         """Whether this step's drafter run is skipped (a plain decode follows); counts the skip."""
@@ -290,7 +301,7 @@ class DynamicVerifier:
         if self.calibration is not None and req_ids is not None:
             self._next_predictions = (list(req_ids), host)
         self._record(lengths, total, time.perf_counter() - start, self.reader.copies - copies_before)
-        self.stats.score_kinds[scores.kind] += 1  # head: head_confidence ran; logits: max_softmax_confidence
+        self.stats.score_kinds[scores.label] += 1  # head: head_confidence; logits: max_softmax_confidence
         self._back_off(total)
         return lengths
 
@@ -352,7 +363,7 @@ class DynamicVerifier:
         copy enqueued on the device's stream, :class:`SurvivalStager`); :meth:`plan_staged` plans them later."""
         step = self._step_scorer(scores.kind, scores.values, scores.num_reqs, scores.num_drafts)
         scorer = step.scorer if isinstance(step, _CompiledStep) else step
-        return self.stager.stage(scorer(scores.values), req_ids, scores.kind)
+        return self.stager.stage(scorer(scores.values), req_ids, scores.label)
 
     def plan_staged(self, staged: StagedSurvivals) -> list[int]:
         """Async mode, off the step (where V1 hands its output over): the staged survivals' draft lengths, by the

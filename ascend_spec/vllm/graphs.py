@@ -18,8 +18,20 @@ import torch
 
 from ascend_spec.graph import DraftGraphDispatcher, GraphBuckets, GraphDescriptor, TargetGraphDispatcher
 
-#: Drafter query tokens per request as a function of K, by speculative method.
-DRAFT_QUERY_TOKENS = {"dflash": lambda k: k + 1, "dspark": lambda k: k}
+#: Drafter query tokens per request as a function of K, by speculative method: a block drafter's one pass (DFlash
+#: K + 1, DSpark K); a sequential drafter's tokens per forward (EAGLE, EAGLE-3, MTP, draft_model: one per request
+#: in each of its K forwards); ngram runs no forward (its profile is the host lookup, ~0).
+DRAFT_QUERY_TOKENS = {
+    "dflash": lambda k: k + 1,
+    "dspark": lambda k: k,
+    "ngram": lambda k: 1,
+    "mtp": lambda k: 1,
+    "eagle": lambda k: 1,
+    "eagle3": lambda k: 1,
+    "draft_model": lambda k: 1,
+}
+#: Methods whose drafter scores its own drafts (take_draft_scores); the others are planned on the estimate.
+SCORED_METHODS = ("dflash", "dspark")
 
 
 def draft_query_tokens(method: str, num_spec_tokens: int) -> int:

@@ -128,8 +128,9 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
         name="dynamic_propose",
         target="GPUModelRunner.propose_draft_token_ids (per runner instance)",
-        what="after the drafter: its scores -> confidence -> survival_probs -> one host copy -> "
-        "BudgetController.plan -> allocate_verify_budget: this step's draft length per request",
+        what="after the drafter: its scores (or the request's acceptance estimate) -> confidence -> "
+        "survival_probs -> one host copy -> BudgetController.plan -> allocate_verify_budget: this step's draft "
+        "length per request",
         why="V1 verifies every proposed draft; its own adaptive verification is refused on V1",
         how="instance attribute wrapping the bound method; the proposer exposes take_draft_scores() "
         "(DFlash: its draft logits; a DSpark proposer: its confidence head)",
@@ -165,6 +166,20 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         how="instance attribute wrapping the bound method; with max_spec_len == 0 the logits rows are each "
         "request's last row, the ones the rejection sampler would sample the bonus token from",
         remove_when="V1 skips the rejection sampler on zero-draft steps",
+    ),
+    PatchPoint(
+        name="dynamic_estimate_observe",
+        target="GPUModelRunner._sample (per runner instance, dynamic modes sync and async)",
+        what="when the plan scores drafts by the acceptance estimate (ngram, MTP, EAGLE-3, draft_model; DFlash "
+        "/ DSpark with estimate 'combine'): each row's accepted count (tokens of the rejection sampler's device "
+        "output that are not its -1 placeholder, minus the bonus) and verified count (the differences of the "
+        "metadata's device cu_num_draft_tokens) update the per-request estimate on the device; a step without "
+        "drafts only ages it",
+        why="those drafters carry no per-draft score; the request's own record is the score, and it must be "
+        "updated before the drafter's next plan without a host read",
+        how="instance attribute wrapping the bound method (in sync mode the same wrapper as dynamic_plain_sample; "
+        "ascend_spec/vllm/v1/estimate_wiring.py)",
+        remove_when="V1 reports per-request acceptance to a drafter hook on the device",
     ),
     PatchPoint(
         name="dynamic_zero_draft_metadata",

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 
 from ascend_spec.vllm.config import parse_config
-from ascend_spec.vllm.dynamic import DynamicVerifier, StagedSurvivals, take_checked_scores
+from ascend_spec.vllm.dynamic import DynamicVerifier, StagedSurvivals
 
 #: The attribute of V1's ``ModelRunnerOutput`` that carries the worker's plan to the scheduler.
 LENGTHS_ATTRIBUTE = "ascend_spec_draft_lengths"
@@ -95,10 +95,14 @@ def hand_over_later(output, finish: Callable[[Any], Any]) -> Any:  # noqa: ANN00
 
 
 def install_async_hooks(runner, build_verifier: Callable[[Any], DynamicVerifier]) -> None:  # noqa: ANN001
-    """The worker side (register: ``dynamic_async_stage``, ``dynamic_async_output``, ``dynamic_skip_drafter``)."""
+    """The worker side (register: ``dynamic_async_stage``, ``dynamic_async_output``, ``dynamic_skip_drafter``,
+    ``dynamic_estimate_observe``)."""
+    from ascend_spec.vllm.v1.dynamic_hooks import observe_estimate, step_scores
+
     execute_model = runner.execute_model
     propose = runner.propose_draft_token_ids
     fits = runner._input_fits_in_drafter
+    sample = runner._sample
     sample_tokens = runner.sample_tokens
     runner.ascend_spec_dynamic = None
     state: dict[str, Any] = {"step": None, "last_staged": None}
@@ -125,15 +129,26 @@ def install_async_hooks(runner, build_verifier: Callable[[Any], DynamicVerifier]
         start = time.perf_counter()  # the overhead counter times the scoring and staging, not the drafter
         verifier = self.ascend_spec_dynamic
         step = state["step"]
-        take_scores = getattr(self.drafter, "take_draft_scores", None)
-        if verifier is not None and step is not None and take_scores is not None and torch.is_tensor(drafts):
+        if (
+            verifier is not None
+            and step is not None
+            and (torch.is_tensor(drafts) or isinstance(drafts, list))
+        ):
             step.drafted = True
-            scores = take_checked_scores(take_scores, drafts)
+            req_ids = self.input_batch.req_ids
+            scores = step_scores(self.drafter, verifier, drafts, req_ids)
             if scores is not None:
-                step.staged = verifier.stage(scores, self.input_batch.req_ids)
+                step.staged = verifier.stage(scores, req_ids)
                 state["last_staged"] = step.staged
+            elif verifier.estimate is not None and isinstance(drafts, list):
+                step.drafted = False  # ngram found no draft: the hand-over gives every request 0
             verifier.stats.overhead_s += time.perf_counter() - start
         return drafts
+
+    def _sample(self, logits, spec_decode_metadata):  # noqa: ANN001, ANN202
+        output = sample(logits, spec_decode_metadata)
+        observe_estimate(self, output, spec_decode_metadata)  # dynamic_estimate_observe
+        return output
 
     def _sample_tokens(self, *args: Any, **kwargs: Any):  # noqa: ANN202
         output = sample_tokens(*args, **kwargs)
@@ -147,6 +162,7 @@ def install_async_hooks(runner, build_verifier: Callable[[Any], DynamicVerifier]
     runner.propose_draft_token_ids = types.MethodType(_propose, runner)
     runner._input_fits_in_drafter = types.MethodType(_fits, runner)
     runner.sample_tokens = types.MethodType(_sample_tokens, runner)
+    runner._sample = types.MethodType(_sample, runner)
 
 
 # -- the scheduler side (engine-core process) ---------------------------------------------------------------

@@ -3,7 +3,8 @@
 Patch points (register: :mod:`ascend_spec.vllm.patch_register`): ``dynamic_profiles`` (``execute_model``, first call),
 ``dynamic_propose`` (``propose_draft_token_ids``), ``dynamic_take_drafts`` (``take_draft_token_ids``),
 ``dynamic_skip_drafter`` (``_input_fits_in_drafter``), ``dynamic_plain_sample`` (``_sample``),
-``dynamic_zero_draft_metadata`` (``_calc_spec_decode_metadata``), ``dynamic_zero_draft_copy``
+``dynamic_zero_draft_metadata`` (``_calc_spec_decode_metadata``), ``dynamic_estimate_observe`` (``_sample``),
+``dynamic_zero_draft_copy``
 (``_copy_draft_token_ids_to_cpu``), ``dynamic_plain_step`` (the runner's ``speculative_config`` during a
 drafter-less decode step of an attention-only target); all
 instance attributes of a runner whose engine sets ``additional_config["ascend_spec"]["dynamic"]``.
@@ -18,10 +19,11 @@ from typing import Any
 import torch
 
 from ascend_spec.graph import BudgetController
+from ascend_spec.vllm.acceptance_estimate import AcceptanceEstimator
 from ascend_spec.vllm.config import _where
 from ascend_spec.vllm.cost_profiles import engine_profiles, measure_engine_profiles, profile_key
 from ascend_spec.vllm.dynamic import DynamicVerifier, take_checked_scores, trim_draft_token_ids
-from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, engine_graphs
+from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, SCORED_METHODS, engine_graphs
 from ascend_spec.vllm.log import plugin_logger
 from ascend_spec.vllm.step_costs import MeasuredStepCosts
 
@@ -33,11 +35,11 @@ def check_dynamic_engine(vllm_config, mode: str = "sync") -> None:  # noqa: ANN0
     where = _where("dynamic")
     spec = vllm_config.speculative_config
     if spec is None:
-        raise ValueError(f"{where} needs speculative decoding (a speculative_config with a block drafter)")
+        raise ValueError(f"{where} needs speculative decoding (a speculative_config with a drafter)")
     if spec.method not in DRAFT_QUERY_TOKENS:
         raise ValueError(
-            f"{where} needs a drafter with per-draft confidences ({', '.join(DRAFT_QUERY_TOKENS)}); "
-            f"got speculative method {spec.method!r}"
+            f"{where} plans the drafters {', '.join(DRAFT_QUERY_TOKENS)} (their own scores or the acceptance "
+            f"estimate); got speculative method {spec.method!r}"
         )
     async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
     if mode == "sync" and async_scheduling:
@@ -131,14 +133,16 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
         start = time.perf_counter()
         drafts = propose(*args, **kwargs)
         verifier = self.ascend_spec_dynamic
-        take_scores = getattr(self.drafter, "take_draft_scores", None)
-        if verifier is not None and take_scores is not None and torch.is_tensor(drafts):
-            scores = take_checked_scores(take_scores, drafts)
+        if verifier is not None:
+            req_ids = self.input_batch.req_ids
+            scores = step_scores(self.drafter, verifier, drafts, req_ids)
             if scores is not None:
-                self._ascend_spec_lengths = verifier.lengths(scores, self.input_batch.req_ids)
+                self._ascend_spec_lengths = verifier.lengths(scores, req_ids)
+            elif verifier.estimate is not None and isinstance(drafts, list):
+                self._ascend_spec_lengths = [0] * len(drafts)  # ngram found no draft: nothing to plan
         step[4] = time.perf_counter() - start  # the proposer and the plan: not the target's part
-        if step[5] and verifier is not None and torch.is_tensor(drafts):
-            verifier.step_costs.add("draft", drafts.shape[0], 0, step[4])
+        if step[5] and verifier is not None and (torch.is_tensor(drafts) or isinstance(drafts, list)):
+            verifier.step_costs.add("draft", len(drafts), 0, step[4])
         return drafts
 
     def _fits(self, *args: Any, **kwargs: Any) -> bool:
@@ -152,9 +156,12 @@ def install_dynamic(runner) -> None:  # noqa: ANN001
         # A step where no request verifies a draft (plain-decode plans, drafter-less steps, prefills) samples
         # like an engine without a drafter: V1's own plain path, one token per request from the same logits
         # rows the rejection sampler would read (each request's last row), instead of the rejection sampler.
+        metadata = spec_decode_metadata
         if spec_decode_metadata is not None and spec_decode_metadata.max_spec_len == 0:
             spec_decode_metadata = None
-        return sample(logits, spec_decode_metadata)
+        output = sample(logits, spec_decode_metadata)
+        observe_estimate(self, output, metadata)  # dynamic_estimate_observe
+        return output
 
     def _calc_metadata(self, num_draft_tokens, cu_num_scheduled_tokens):  # noqa: ANN001, ANN202
         # Plain-decode steps of B one-token requests all have the same metadata (no draft is selected, so the
@@ -206,11 +213,15 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
     device = torch.device(runner.device)
     graphs = engine_graphs(vllm_config, device)
     drafter = runner.drafter
-    if not hasattr(drafter, "take_draft_scores"):
+    method = vllm_config.speculative_config.method
+    scored = hasattr(drafter, "take_draft_scores")
+    if method in SCORED_METHODS and not scored:
         raise ValueError(
             f"{_where('dynamic')}: the drafter {type(drafter).__name__} exposes no draft scores "
-            "(take_draft_scores); dynamic verification needs ascend-spec's DFlash proposer or a DSpark proposer"
+            "(take_draft_scores); dynamic verification of DFlash / DSpark needs ascend-spec's proposers"
         )
+    # Drafters without scores are planned on the acceptance estimate; DFlash / DSpark with "combine" too.
+    estimate = not scored or settings.dynamic.estimate == "combine"
     key = profile_key(vllm_config, device, graphs, settings.dynamic)
     q = graphs.draft_tokens_per_request
     k = graphs.num_spec_tokens
@@ -240,12 +251,17 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         graphs,
         backend=settings.backend,
         probe_interval=settings.dynamic.probe_interval,
-        calibrate=settings.dynamic.calibrate,
+        calibrate=settings.dynamic.calibrate and not estimate,  # the estimate is its per-request form
     )
     verifier.profiles = profiles
+    if estimate:
+        from ascend_spec.vllm.v1.estimate_wiring import EstimateRows
+
+        slots = vllm_config.scheduler_config.max_num_seqs
+        verifier.estimate = EstimateRows(AcceptanceEstimator(slots, k, device), settings.backend)
     sync = settings.dynamic.mode == "sync"
     # DFlash: greedy drafts from the pass that scores them (DSpark scores its confidence head instead)
-    if sync and getattr(drafter, "draft_score_kind", None) == "logits":
+    if sync and not estimate and getattr(drafter, "draft_score_kind", None) == "logits":
         drafter.greedy_draft_sampler = verifier.greedy_draft_tokens
     # Async mode plans on the profiles alone: the host's wall clock around a step does not time the device's.
     if sync and settings.dynamic.measure_steps:
@@ -253,8 +269,9 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
             controller, statistic=settings.dynamic.statistic, every=settings.dynamic.measure_every
         )
     logger.info(
-        "ascend-spec: dynamic verification (%s), K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up)",
+        "ascend-spec: dynamic verification (%s), %s, K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up)",
         settings.dynamic.mode,
+        f"{method} scored by " + ("the acceptance estimate" if estimate else "its own scores"),
         k,
         q,
         profiles.source,
@@ -281,8 +298,11 @@ def _run_target(runner, num_tokens: int) -> None:  # noqa: ANN001
 
 @torch.inference_mode()
 def _run_draft(runner, num_tokens: int, num_logit_rows: int) -> None:  # noqa: ANN001
-    """The drafter over ``num_tokens`` query tokens (as many context tokens) plus its draft logits."""
+    """The drafter over ``num_tokens`` query tokens (as many context tokens) plus its draft logits; ngram runs no
+    forward (its host lookup is timed by the measured step costs)."""
     drafter = runner.drafter
+    if not hasattr(drafter, "dummy_run"):
+        return
     drafter.dummy_run(num_tokens, use_cudagraphs=False)
     hidden = torch.zeros(num_logit_rows, drafter.hidden_size, dtype=runner.dtype, device=runner.device)
     drafter.model.compute_logits(hidden)
@@ -298,4 +318,28 @@ def dynamic_stats(worker) -> dict | None:  # noqa: ANN001 - collective_rpc targe
     out["target_costs"] = verifier.profiles.target.costs
     out["draft_costs"] = verifier.profiles.draft.costs
     out["step_costs"] = None if verifier.step_costs is None else verifier.step_costs.as_dict()
+    out["estimate"] = None if verifier.estimate is None else verifier.estimate.as_dict()
     return out
+
+
+def step_scores(drafter, verifier: DynamicVerifier, drafts, req_ids: list[str]):  # noqa: ANN001, ANN201
+    """This step's scores for the plan: the drafter's own (DFlash, DSpark), the acceptance estimate (alone, or
+    combined with the drafter's), or None (nothing proposed; ngram: no request has a draft)."""
+    take_scores = getattr(drafter, "take_draft_scores", None)
+    own = None
+    if take_scores is not None and torch.is_tensor(drafts):
+        own = take_checked_scores(take_scores, drafts)
+        if own is None:
+            return None
+    if verifier.estimate is None:
+        return own
+    if not (torch.is_tensor(drafts) or isinstance(drafts, list)):
+        return None
+    return verifier.estimate.scores(drafts, req_ids, own)
+
+
+def observe_estimate(runner, sampler_output, metadata) -> None:  # noqa: ANN001
+    """dynamic_estimate_observe: the step's accepted counts into the acceptance estimate, on the device."""
+    verifier = runner.ascend_spec_dynamic
+    if verifier is not None and verifier.estimate is not None:
+        verifier.estimate.observe(runner.input_batch.req_ids, sampler_output, metadata)

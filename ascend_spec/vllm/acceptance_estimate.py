@@ -1,0 +1,217 @@
+"""An online acceptance estimate per request: the score dynamic verification plans with for every drafter.
+
+DFlash and DSpark score their own drafts (max-softmax of the draft logits, the confidence head); ngram, MTP,
+EAGLE-3 and draft_model drafts come without a usable score, yet they are exactly where requests differ most
+(ngram: repetitive text against free text). What the engine does know is how each request's drafts fared: after
+every verify step, request b verified ``v_b`` drafts and accepted ``a_b`` of them. :class:`AcceptanceEstimator`
+turns that into, per request slot s and draft position i, an estimate of the **conditional** acceptance
+
+    q[s, i] = P(draft i accepted | drafts 0 .. i-1 accepted),
+
+whose cumulative product along i is the survival the controller plans with. Everything lives on the device in
+``[S, K]`` tensors updated by a handful of elementwise and ``index_add_`` ops: no host read, in stream order
+between the target's sampler and the drafter, so the one host copy of the survivals the sync planner already makes
+(and the async mode's staged copy) carries the estimate.
+
+The rule, per step (``observe``), then per plan (``estimate``):
+
+* **evidence**: a request that verified ``v`` drafts and accepted ``a`` was tried at positions ``i <= a, i < v``
+  (the accepted ones and the first rejected one) and succeeded at ``i < a``; positions past the first rejection
+  were never decided (their drafts were discarded with it) and positions ``>= v`` were not verified: neither is
+  evidence. A request that got fewer drafts (ngram found a shorter match, or none) verified fewer: the missing
+  positions give no evidence, they are not failures.
+* **per request**: decayed sums ``h[s, i]`` (successes) and ``n[s, i]`` (trials, each weighted by the drafter's
+  predicted conditional confidence ``c`` of that draft; 1 for drafters without scores). Every target step
+  multiplies all sums by ``decay`` (0.9: about the last ten steps), so evidence ages also while a request verifies
+  nothing: its estimate drifts back to its prior and the plan tries it again (the exploration a controller that
+  stopped verifying a request needs to notice that it became predictable).
+* **prior**: the population's decayed sums ``H[i]``, ``N[i]`` over every request (``population_decay`` 0.99),
+  with ``prior_weight`` pseudo-trials at ``initial_rate`` (1: a new engine verifies what the drafter proposes, as
+  fixed K does, until the first evidence arrives): ``g[i] = (H[i] + m0 r0) / (N[i] + m0)``.
+* **estimate**: ``r[s, i] = (h[s, i] + n0 g[i]) / (n[s, i] + n0)`` (``n0 = prior_weight`` pseudo-trials at the
+  population's rate: a new request starts at what the drafter achieves on everyone, and moves to its own rate as
+  its evidence grows), then ``q[s, i] = min(1, c[b, i] r[s, i])``, zero at positions past the request's
+  available drafts.
+
+**Combining with a drafter's own scores** (DFlash's logits, DSpark's head; ``"estimate": "combine"``): ``c`` is
+the drafter's conditional confidence of each draft, so ``r`` is the request's observed acceptance over the
+acceptance the drafter predicted for the same drafts (its ratio of successes to predicted successes), and the plan
+uses the drafter's per-draft confidence rescaled by the request's own record. The drafter keeps ranking drafts
+within a request (a draft it is unsure of still ranks low), and a request on which it is over- or under-confident
+is corrected by its own history, not by an average over requests that differ. Without scores ``c = 1`` and ``r``
+is the conditional acceptance rate itself. This is the per-request form of
+:class:`~ascend_spec.graph.calibration.SurvivalCalibration` (which scales all requests' survivals by one factor
+per position); planning with the estimate replaces that calibration rather than stacking a second correction.
+
+**Slots**: rows of a step map to slots that persist while a request stays in the batch (:class:`RequestSlots` for
+Model Runner V1, whose persistent batch moves rows; V2's request-state index is such a slot already); a slot
+given to a new request is reset. The module imports no vLLM: the V1 wiring is
+:mod:`ascend_spec.vllm.v1.estimate_wiring`, and Model Runner V2 calls the same two methods with its own slots and
+its device-side accepted counts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ascend_spec.checks import INDEX_DTYPES, check_int, check_tensor
+
+
+def _check_fraction(name: str, value: object, *, closed_low: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and (0.0 <= value <= 1.0 if closed_low else 0.0 < value <= 1.0):
+        return float(value)
+    interval = "[0, 1]" if closed_low else "(0, 1]"
+    raise ValueError(f"{name} must be a number in {interval}; got {value!r}")
+
+
+class AcceptanceEstimator:
+    """Per request slot and draft position, an on-device estimate of the conditional acceptance (module doc)."""
+
+    def __init__(
+        self,
+        num_slots: int,
+        max_drafts: int,
+        device: torch.device | str = "cpu",
+        *,
+        decay: float = 0.9,
+        population_decay: float = 0.99,
+        prior_weight: float = 1.0,
+        initial_rate: float = 1.0,
+    ) -> None:
+        self.num_slots = check_int("num_slots", num_slots, minimum=1)
+        self.max_drafts = check_int("max_drafts", max_drafts, minimum=1)
+        self.decay = _check_fraction("decay", decay)
+        self.population_decay = _check_fraction("population_decay", population_decay)
+        if (
+            isinstance(prior_weight, bool)
+            or not isinstance(prior_weight, (int, float))
+            or not prior_weight > 0
+        ):
+            raise ValueError(f"prior_weight must be a positive number of pseudo-trials; got {prior_weight!r}")
+        self.prior_weight = float(prior_weight)
+        self.initial_rate = _check_fraction("initial_rate", initial_rate, closed_low=True)
+        self.device = torch.device(device)
+        shape = (self.num_slots, self.max_drafts)
+        f32 = dict(dtype=torch.float32, device=self.device)
+        self.hits = torch.zeros(shape, **f32)  # h[s, i]: decayed successes
+        self.trials = torch.zeros(shape, **f32)  # n[s, i]: decayed trials, each weighted by its predicted c
+        self.predicted = torch.ones(
+            shape, **f32
+        )  # c of each slot's latest drafts (what its next trials weigh)
+        self.population = torch.zeros(2, self.max_drafts, **f32)  # H[i], N[i]
+        self._positions = torch.arange(self.max_drafts, device=self.device)
+        self.steps = 0  # observe() calls (host counter)
+
+    # -- state -------------------------------------------------------------------------------------------
+    def reset(self, slots: torch.Tensor) -> None:
+        """Forget the slots' history (a slot given to a new request): back to the population's prior."""
+        slots = self._check_slots(slots)
+        if slots.numel():
+            self.hits.index_fill_(0, slots, 0.0)
+            self.trials.index_fill_(0, slots, 0.0)
+            self.predicted.index_fill_(0, slots, 1.0)
+
+    def observe(
+        self,
+        slots: torch.Tensor | None = None,
+        verified: torch.Tensor | None = None,
+        accepted: torch.Tensor | None = None,
+    ) -> None:
+        """One target step: decay every sum, then add the evidence of the step's rows (``slots [B]``, and per row
+        the drafts ``verified [B]`` and ``accepted [B]`` of them, device integer tensors; None: a step without
+        verified drafts, which only ages the evidence). Accepted counts above ``verified`` are clipped to it."""
+        self.steps += 1
+        self.hits.mul_(self.decay)
+        self.trials.mul_(self.decay)
+        self.population.mul_(self.population_decay)
+        if slots is None:
+            return
+        slots = self._check_slots(slots)
+        b = slots.shape[0]
+        verified = check_tensor("verified", verified, ndim=1, dtypes=INDEX_DTYPES, shape=(b,))
+        accepted = check_tensor("accepted", accepted, ndim=1, dtypes=INDEX_DTYPES, shape=(b,))
+        if not b:
+            return
+        positions = self._positions.unsqueeze(0)
+        v = verified.to(self._positions.dtype).unsqueeze(1)
+        a = torch.minimum(accepted.to(self._positions.dtype).unsqueeze(1), v)
+        tried = (positions <= a) & (positions < v)
+        hit = (positions < a).to(torch.float32)
+        weight = torch.where(tried, self.predicted.index_select(0, slots), 0.0)
+        self.hits.index_add_(0, slots, hit)
+        self.trials.index_add_(0, slots, weight)
+        self.population[0].add_(hit.sum(0))
+        self.population[1].add_(weight.sum(0))
+
+    # -- estimates ---------------------------------------------------------------------------------------
+    def population_rate(self) -> torch.Tensor:
+        """``g [K]``: the population's acceptance per position (over predicted, for drafters with scores)."""
+        m0 = self.prior_weight
+        return (self.population[0] + m0 * self.initial_rate) / (self.population[1] + m0)
+
+    def estimate(
+        self,
+        slots: torch.Tensor,
+        confidence: torch.Tensor | None = None,
+        available: torch.Tensor | None = None,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``q [B, K]`` fp32 conditional acceptances of the rows' drafts (their cumulative product along K is the
+        survival). ``confidence [B, K]``: the drafter's own conditional confidences (kept as the predictions the
+        next step's evidence weighs; None: 1); ``available [B]``: drafts each row has (positions past them get
+        q = 0; None: K)."""
+        slots = self._check_slots(slots)
+        b, k = slots.shape[0], self.max_drafts
+        n0 = self.prior_weight
+        g = self.population_rate().unsqueeze(0)
+        rate = (self.hits.index_select(0, slots) + n0 * g) / (self.trials.index_select(0, slots) + n0)
+        if confidence is not None:
+            check_tensor("confidence", confidence, ndim=2, shape=(b, k), device=self.device)
+            confidence = confidence.float()
+            self.predicted.index_copy_(0, slots, confidence)
+            rate = rate * confidence
+        rate = rate.clamp_(0.0, 1.0)
+        if available is not None:
+            check_tensor("available", available, ndim=1, dtypes=INDEX_DTYPES, shape=(b,), device=self.device)
+            rate = torch.where(self._positions.unsqueeze(0) < available.unsqueeze(1), rate, 0.0)
+        if out is None:
+            return rate
+        return out.copy_(rate)
+
+    def _check_slots(self, slots: object) -> torch.Tensor:
+        slots = check_tensor("slots", slots, ndim=1, dtypes=INDEX_DTYPES, device=self.device)
+        return slots if slots.dtype == torch.int64 else slots.long()
+
+
+class RequestSlots:
+    """Host map request id -> estimator slot for a runner whose batch rows move (Model Runner V1).
+
+    A request keeps its slot while it stays in the batch; requests missing from a step's batch (finished,
+    preempted) release theirs, and a released slot is reset before its next request uses it.
+    """
+
+    def __init__(self, num_slots: int) -> None:
+        self.num_slots = check_int("num_slots", num_slots, minimum=1)
+        self._slot: dict[str, int] = {}
+        self._free = list(range(self.num_slots - 1, -1, -1))
+
+    def assign(self, req_ids: list[str]) -> tuple[list[int], list[int]]:
+        """(the slot of each row, the slots given to requests new to the batch: to be reset)."""
+        live = set(req_ids)
+        if len(live) != len(req_ids):
+            raise ValueError(f"req_ids must be distinct; got {req_ids!r}")
+        if len(live) > self.num_slots:
+            raise ValueError(f"a batch of {len(live)} requests does not fit {self.num_slots} estimator slots")
+        for rid in [rid for rid in self._slot if rid not in live]:
+            self._free.append(self._slot.pop(rid))
+        fresh = []
+        slots = []
+        for rid in req_ids:
+            slot = self._slot.get(rid)
+            if slot is None:
+                slot = self._slot[rid] = self._free.pop()
+                fresh.append(slot)
+            slots.append(slot)
+        return slots, fresh
