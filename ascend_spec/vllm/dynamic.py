@@ -54,13 +54,16 @@ MAX_BACKOFF_DOUBLINGS = 5
 class DraftScores:
     """What a drafter exposes for its confidences: ``logits [B*K, V]`` (max-softmax) or ``head [B, K]`` logits
     of a confidence head (sigmoid), with B and K; or ``estimate [B, K]``: conditional acceptances in [0, 1]
-    already (the acceptance estimate). ``label`` names the scoring in the stats (``score_kinds``; default: kind)."""
+    already (the acceptance estimate). ``label`` names the scoring in the stats (``score_kinds``; default: kind);
+    ``available`` (host ints, one per request): drafts each request has when fewer than K (ngram), a cap on its
+    length (a zero survival past them is never worth a token, but it costs none inside a filled graph bucket)."""
 
     kind: str
     values: torch.Tensor
     num_reqs: int
     num_drafts: int
     label: str = ""
+    available: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in SCORE_KINDS:
@@ -139,6 +142,7 @@ class StagedSurvivals:
     host: torch.Tensor
     event: Any
     kind: str
+    available: list[int] | None = None  # DraftScores.available
 
     def wait(self) -> np.ndarray:
         """The survivals as a NumPy view of the slot, once the copy has landed (a wait off the step)."""
@@ -164,7 +168,9 @@ class SurvivalStager:
         self._next = 0
         self.copies = 0
 
-    def stage(self, survival: torch.Tensor, req_ids: list[str], kind: str) -> StagedSurvivals:
+    def stage(
+        self, survival: torch.Tensor, req_ids: list[str], kind: str, available: list[int] | None = None
+    ) -> StagedSurvivals:
         if len(req_ids) != survival.shape[0]:
             raise RuntimeError(
                 f"survivals are for {survival.shape[0]} requests, the step has {len(req_ids)} request ids"
@@ -179,12 +185,12 @@ class SurvivalStager:
             self._ring[i] = slot
         if device.type == "cpu":
             slot.copy_(survival)
-            return StagedSurvivals(list(req_ids), slot, None, kind)
+            return StagedSurvivals(list(req_ids), slot, None, kind, available)
         slot.copy_(survival, non_blocking=True)
         mod = torch.cuda if device.type == "cuda" else torch.npu  # type: ignore[attr-defined]
         event = mod.Event()
         event.record(mod.current_stream(device))
-        return StagedSurvivals(list(req_ids), slot, event, kind)
+        return StagedSurvivals(list(req_ids), slot, event, kind, available)
 
 
 @dataclass
@@ -298,6 +304,8 @@ class DynamicVerifier:
             factors = self.calibration.next_factors() if self.calibration is not None else None
             total, lengths = self.controller.plan_lengths(host, factors)
             host = host.copy()  # the host buffer is reused
+        if scores.available is not None:
+            total, lengths = _cap(lengths, scores.available)
         if self.calibration is not None and req_ids is not None:
             self._next_predictions = (list(req_ids), host)
         self._record(lengths, total, time.perf_counter() - start, self.reader.copies - copies_before)
@@ -363,7 +371,7 @@ class DynamicVerifier:
         copy enqueued on the device's stream, :class:`SurvivalStager`); :meth:`plan_staged` plans them later."""
         step = self._step_scorer(scores.kind, scores.values, scores.num_reqs, scores.num_drafts)
         scorer = step.scorer if isinstance(step, _CompiledStep) else step
-        return self.stager.stage(scorer(scores.values), req_ids, scores.label)
+        return self.stager.stage(scorer(scores.values), req_ids, scores.label, scores.available)
 
     def plan_staged(self, staged: StagedSurvivals) -> list[int]:
         """Async mode, off the step (where V1 hands its output over): the staged survivals' draft lengths, by the
@@ -372,6 +380,8 @@ class DynamicVerifier:
         host = staged.wait()
         factors = self.calibration.next_factors() if self.calibration is not None else None
         total, lengths = self.controller.plan_lengths(host, factors)
+        if staged.available is not None:
+            total, lengths = _cap(lengths, staged.available)
         self._record(lengths, total, time.perf_counter() - start, 0)
         self.stats.staged_copies += 1
         self.stats.score_kinds[staged.kind] += 1
@@ -461,6 +471,12 @@ class DynamicVerifier:
                 self._graph_keys[(b, total)] = keys
             s.draft_graphs[keys[0]] += 1
             s.target_graphs[keys[1]] += 1
+
+
+def _cap(lengths: list[int], available: list[int]) -> tuple[int, list[int]]:
+    """Lengths cut to the drafts each request has, and their total."""
+    lengths = list(map(min, lengths, available))
+    return sum(lengths), lengths
 
 
 class _CompiledStep:

@@ -88,6 +88,7 @@ def test_async_runner_hooks_plan_what_sync_mode_plans_one_hand_over_later(backen
         execute_model=lambda scheduler_output: None,
         propose_draft_token_ids=propose,
         _input_fits_in_drafter=lambda: True,
+        _sample=lambda logits, metadata: None,  # wrapped for the acceptance estimate (inert without one)
         sample_tokens=lambda: _AsyncOutput(step_data["output"]),
         drafter=Drafter(),
         input_batch=SimpleNamespace(req_ids=ids),

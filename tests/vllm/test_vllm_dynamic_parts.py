@@ -63,6 +63,7 @@ def test_dynamic_is_off_unless_given() -> None:
         ({"calibrate": 1}, "['dynamic']['calibrate'] must be true or false; got 1"),
         ({"measure_steps": "yes"}, "['dynamic']['measure_steps'] must be true or false; got 'yes'"),
         ({"measure_every": 0}, "['dynamic']['measure_every'] must be an int >= 1; got 0"),
+        ({"estimate": "on"}, "['dynamic']['estimate'] must be one of auto, combine; got 'on'"),
         ("sync", "additional_config['ascend_spec']['dynamic'] must be a dict of settings (or true/false)"),
     ],
 )
@@ -87,18 +88,21 @@ def _engine(
     [
         (_engine(None), "['dynamic'] needs speculative decoding"),
         (
-            _engine("ngram"),
-            "needs a drafter with per-draft confidences (dflash, dspark); got speculative method 'ngram'",
+            _engine("suffix"),
+            "plans the drafters dflash, dspark, ngram, mtp, eagle, eagle3, draft_model (their own scores or "
+            "the acceptance estimate); got speculative method 'suffix'",
         ),
-        (_engine("mtp"), "got speculative method 'mtp'"),
+        (_engine("ngram_gpu"), "got speculative method 'ngram_gpu'"),
+        (_engine("medusa"), "got speculative method 'medusa'"),
         (_engine(async_scheduling=True), "start the engine with async_scheduling=False"),
     ],
 )
 def test_engines_dynamic_verification_cannot_run_on_are_refused(engine, message: str) -> None:  # noqa: ANN001
     with pytest.raises(ValueError, match=_err(message)):
         check_dynamic_engine(engine)
-    check_dynamic_engine(_engine("dflash"))
-    check_dynamic_engine(_engine("dspark"))
+    for method in ("dflash", "dspark", "ngram", "mtp", "eagle", "eagle3", "draft_model"):  # every V1 drafter
+        check_dynamic_engine(_engine(method))
+        check_dynamic_engine(_engine(method, async_scheduling=True), "async")
 
 
 def test_async_mode_needs_async_scheduling_and_says_why_a_cpu_engine_has_none() -> None:
@@ -481,7 +485,9 @@ def test_drafter_less_decode_steps_run_as_an_engine_without_a_drafter(hybrid: bo
 
 
 def test_bad_score_kind_is_refused() -> None:
-    with pytest.raises(ValueError, match=_err("DraftScores.kind must be one of logits, head; got 'probs'")):
+    with pytest.raises(
+        ValueError, match=_err("DraftScores.kind must be one of logits, head, estimate; got 'probs'")
+    ):
         DraftScores("probs", torch.zeros(1, 1), 1, 1)
 
 

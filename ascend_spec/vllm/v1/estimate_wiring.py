@@ -81,7 +81,7 @@ class EstimateRows:
         None when no row has a draft (nothing to plan: every row verifies none)."""
         estimator = self.estimator
         k = estimator.max_drafts
-        available = None
+        available = counts = None
         if torch.is_tensor(drafts):
             b = drafts.shape[0]
         else:  # ngram's host lists: 0..K drafts per request
@@ -103,7 +103,9 @@ class EstimateRows:
             conf = confidence(own, self.backend, out=buffer)
             label = f"{own.kind}+estimate"
         values = estimator.estimate(rows, conf, available)
-        return DraftScores("estimate", values, b, k, label=label)
+        return DraftScores(
+            "estimate", values, b, k, label=label, available=counts if available is not None else None
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The population's rate per position (read off the step, for the stats)."""
