@@ -335,11 +335,16 @@ def step_scores(drafter, verifier: DynamicVerifier, drafts, req_ids: list[str]):
         return own
     if not (torch.is_tensor(drafts) or isinstance(drafts, list)):
         return None
-    return verifier.estimate.scores(drafts, req_ids, own)
+    start = time.perf_counter()
+    scores = verifier.estimate.scores(drafts, req_ids, own)
+    verifier.stats.overhead_s += time.perf_counter() - start
+    return scores
 
 
 def observe_estimate(runner, sampler_output, metadata) -> None:  # noqa: ANN001
     """dynamic_estimate_observe: the step's accepted counts into the acceptance estimate, on the device."""
     verifier = runner.ascend_spec_dynamic
     if verifier is not None and verifier.estimate is not None:
+        start = time.perf_counter()
         verifier.estimate.observe(runner.input_batch.req_ids, sampler_output, metadata)
+        verifier.stats.overhead_s += time.perf_counter() - start

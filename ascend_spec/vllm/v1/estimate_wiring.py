@@ -108,8 +108,9 @@ class EstimateRows:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The population's rate per position (read off the step, for the stats)."""
+        """The population's rate and decayed trials per position (read off the step, for the stats)."""
         return {
             "population_rate": [round(float(x), 4) for x in self.estimator.population_rate().cpu()],
+            "population_trials": [round(float(x), 4) for x in self.estimator.population[1].cpu()],
             "steps": self.estimator.steps,
         }
