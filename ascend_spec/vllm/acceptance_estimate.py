@@ -66,7 +66,14 @@ def _check_fraction(name: str, value: object, *, closed_low: bool = False) -> fl
 
 
 class AcceptanceEstimator:
-    """Per request slot and draft position, an on-device estimate of the conditional acceptance (module doc)."""
+    """Per request slot and draft position, an on-device estimate of the conditional acceptance (module doc).
+
+    State, one fp32 tensor ``[S + 1, 2K]``: row s < S holds slot s's ``h`` (columns ``:K``) and ``n`` (``K:``),
+    row S the population's ``H`` and ``N``; so a step's evidence is one ``index_add_`` and a plan's read one
+    ``index_select``. A step's evidence per row comes from a table indexed by ``a (K + 1) + v`` (successes and
+    trials of every (accepted, verified) pair), times the row's ``[1, c]`` weights: about ten tensor ops per call
+    whatever B (each a few microseconds on a CPU engine, a launch on a device).
+    """
 
     def __init__(
         self,
@@ -92,25 +99,58 @@ class AcceptanceEstimator:
         self.prior_weight = float(prior_weight)
         self.initial_rate = _check_fraction("initial_rate", initial_rate, closed_low=True)
         self.device = torch.device(device)
-        shape = (self.num_slots, self.max_drafts)
+        s, k = self.num_slots, self.max_drafts
         f32 = dict(dtype=torch.float32, device=self.device)
-        self.hits = torch.zeros(shape, **f32)  # h[s, i]: decayed successes
-        self.trials = torch.zeros(shape, **f32)  # n[s, i]: decayed trials, each weighted by its predicted c
-        self.predicted = torch.ones(
-            shape, **f32
-        )  # c of each slot's latest drafts (what its next trials weigh)
-        self.population = torch.zeros(2, self.max_drafts, **f32)  # H[i], N[i]
-        self._positions = torch.arange(self.max_drafts, device=self.device)
+        self._state = torch.zeros(s + 1, 2 * k, **f32)
+        self._weights = torch.ones(s, 2 * k, **f32)  # [1 | c of the slot's latest drafts]
+        # code a (K + 1) + v -> [successes | trials] of a row that verified v drafts and accepted a (clipped to v)
+        table = torch.zeros((k + 1) * (k + 1), 2 * k, **f32)
+        positions = torch.arange(k)
+        for a in range(k + 1):
+            for v in range(k + 1):
+                kept = min(a, v)
+                table[a * (k + 1) + v, :k] = (positions < kept).float()
+                table[a * (k + 1) + v, k:] = ((positions <= kept) & (positions < v)).float()
+        self._table = table
+        # available drafts n -> the prefix mask [K] (positions < n)
+        self._prefix = (
+            (torch.arange(k).unsqueeze(0) < torch.arange(k + 1).unsqueeze(1)).float().to(self.device)
+        )
+        # views made once (slicing costs a Python call per step): slots' rows, the population's H and N
+        self._slot_rows = self._state[:s]
+        self._population = self._state[s]
+        self._population_hits, self._population_trials = self._population[:k], self._population[k:]
+        self._weight_conf = self._weights[:, k:]
         self.steps = 0  # observe() calls (host counter)
+
+    # -- views of the state (for the stats and the tests) ---------------------------------------------------
+    @property
+    def hits(self) -> torch.Tensor:
+        """``h [S, K]``: decayed successes per slot and position."""
+        return self._state[: self.num_slots, : self.max_drafts]
+
+    @property
+    def trials(self) -> torch.Tensor:
+        """``n [S, K]``: decayed trials, each weighted by the drafter's predicted confidence of its draft."""
+        return self._state[: self.num_slots, self.max_drafts :]
+
+    @property
+    def predicted(self) -> torch.Tensor:
+        """``c [S, K]``: the drafter's confidences of each slot's latest drafts (what its next trials weigh)."""
+        return self._weights[:, self.max_drafts :]
+
+    @property
+    def population(self) -> torch.Tensor:
+        """``[H; N]`` ``[2, K]``: the population's decayed successes and trials."""
+        return self._state[self.num_slots].view(2, self.max_drafts)
 
     # -- state -------------------------------------------------------------------------------------------
     def reset(self, slots: torch.Tensor) -> None:
         """Forget the slots' history (a slot given to a new request): back to the population's prior."""
         slots = self._check_slots(slots)
         if slots.numel():
-            self.hits.index_fill_(0, slots, 0.0)
-            self.trials.index_fill_(0, slots, 0.0)
-            self.predicted.index_fill_(0, slots, 1.0)
+            self._state.index_fill_(0, slots, 0.0)
+            self._weights.index_fill_(0, slots, 1.0)
 
     def observe(
         self,
@@ -122,9 +162,9 @@ class AcceptanceEstimator:
         the drafts ``verified [B]`` and ``accepted [B]`` of them, device integer tensors; None: a step without
         verified drafts, which only ages the evidence). Accepted counts above ``verified`` are clipped to it."""
         self.steps += 1
-        self.hits.mul_(self.decay)
-        self.trials.mul_(self.decay)
-        self.population.mul_(self.population_decay)
+        k = self.max_drafts
+        self._slot_rows.mul_(self.decay)
+        self._population.mul_(self.population_decay)
         if slots is None:
             return
         slots = self._check_slots(slots)
@@ -133,22 +173,17 @@ class AcceptanceEstimator:
         accepted = check_tensor("accepted", accepted, ndim=1, dtypes=INDEX_DTYPES, shape=(b,))
         if not b:
             return
-        positions = self._positions.unsqueeze(0)
-        v = verified.to(self._positions.dtype).unsqueeze(1)
-        a = torch.minimum(accepted.to(self._positions.dtype).unsqueeze(1), v)
-        tried = (positions <= a) & (positions < v)
-        hit = (positions < a).to(torch.float32)
-        weight = torch.where(tried, self.predicted.index_select(0, slots), 0.0)
-        self.hits.index_add_(0, slots, hit)
-        self.trials.index_add_(0, slots, weight)
-        self.population[0].add_(hit.sum(0))
-        self.population[1].add_(weight.sum(0))
+        code = torch.add(verified.long().clamp(0, k), accepted.long().clamp(0, k), alpha=k + 1)
+        evidence = self._table.index_select(0, code).mul_(self._weights.index_select(0, slots))
+        self._state.index_add_(0, slots, evidence)
+        self._population.add_(evidence.sum(0))
 
     # -- estimates ---------------------------------------------------------------------------------------
     def population_rate(self) -> torch.Tensor:
         """``g [K]``: the population's acceptance per position (over predicted, for drafters with scores)."""
         m0 = self.prior_weight
-        return (self.population[0] + m0 * self.initial_rate) / (self.population[1] + m0)
+        rate = torch.add(self._population_hits, m0 * self.initial_rate)
+        return rate.div_(torch.add(self._population_trials, m0))
 
     def estimate(
         self,
@@ -165,17 +200,17 @@ class AcceptanceEstimator:
         slots = self._check_slots(slots)
         b, k = slots.shape[0], self.max_drafts
         n0 = self.prior_weight
-        g = self.population_rate().unsqueeze(0)
-        rate = (self.hits.index_select(0, slots) + n0 * g) / (self.trials.index_select(0, slots) + n0)
+        rows = self._state.index_select(0, slots)
+        rate = torch.add(rows[:, :k], self.population_rate(), alpha=n0).div_(rows[:, k:].add_(n0))
         if confidence is not None:
             check_tensor("confidence", confidence, ndim=2, shape=(b, k), device=self.device)
             confidence = confidence.float()
-            self.predicted.index_copy_(0, slots, confidence)
-            rate = rate * confidence
-        rate = rate.clamp_(0.0, 1.0)
+            self._weight_conf.index_copy_(0, slots, confidence)
+            rate.mul_(confidence)
+        rate.clamp_(0.0, 1.0)
         if available is not None:
             check_tensor("available", available, ndim=1, dtypes=INDEX_DTYPES, shape=(b,), device=self.device)
-            rate = torch.where(self._positions.unsqueeze(0) < available.unsqueeze(1), rate, 0.0)
+            rate.mul_(self._prefix.index_select(0, available.long().clamp(0, k)))
         if out is None:
             return rate
         return out.copy_(rate)

@@ -1,6 +1,6 @@
 """Dynamic verification planned on the online acceptance estimate: its V1 wiring without an engine (the sampler's
 device output as evidence, ngram's ragged host lists as available drafts, DFlash/DSpark scores combined), and in
-vLLM's CPU engine for ngram (sync and async scheduling) and MTP: lossless against plain decoding of the same
+vLLM's CPU engine for ngram and MTP (sync scheduling) and DFlash combined with it (async scheduling): lossless against plain decoding of the same
 engine, ragged per-request lengths, at most one host copy per step."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from engine_helpers import ONE_OMP_THREAD, PROMPTS, K, assert_matches_plain, run, speculative
+from engine_helpers import LENGTHS, ONE_OMP_THREAD, PROMPTS, K, assert_matches_plain, run, speculative
 
 from ascend_spec.graph import BudgetController, CostProfile
 from ascend_spec.vllm.acceptance_estimate import AcceptanceEstimator
@@ -157,18 +157,21 @@ def _plugin(profile: str, mode: str = "sync") -> dict:
     return {"dynamic": {"mode": mode, "profile": profile, "measure_steps": False}}
 
 
-def _check_estimate_steps(stats: dict, *, staged: bool) -> None:
-    assert stats["steps"] > 0 and stats["score_kinds"] == {"estimate": stats["steps"]}
+def _check_estimate_steps(stats: dict, label: str, *, staged: bool, ragged: bool = True) -> None:
+    assert stats["steps"] > 0 and stats["score_kinds"] == {label: stats["steps"]}
     if staged:  # async: every plan staged, nothing read in a step
         assert stats["staged_copies"] == stats["steps"] and stats["host_copies"] == 0
     else:  # sync: one host copy per planned step, never more
         assert stats["host_copies"] == stats["steps"] and stats["max_host_copies_per_step"] == 1
     assert stats["calibration"] is None  # the estimate replaces the survival calibration
-    assert stats["ragged_steps"] > 0 and stats["lengths"].get("0", 0) > 0
+    if ragged:
+        assert stats["ragged_steps"] > 0 and stats["lengths"].get("0", 0) > 0
     assert max(int(n) for n in stats["lengths"]) <= K
     estimate = stats["estimate"]
     rates, trials = estimate["population_rate"], estimate["population_trials"]
-    assert len(rates) == K and all(0.0 <= r <= 1.0 for r in rates) and estimate["steps"] > 0
+    assert len(rates) == K and estimate["steps"] > 0
+    # alone: acceptance rates; combined: observed / predicted ratios (above 1 where the drafter is underconfident)
+    assert all(0.0 <= r <= (1.0 if label == "estimate" else float("inf")) for r in rates)
     assert trials[0] > 0  # the sampler's device output reached the estimate as evidence
 
 
@@ -178,30 +181,56 @@ def plain_dense(engine_dir, dense_low_entropy):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["sync", "async"])
 def test_ngram_planned_on_the_estimate_matches_plain(
-    engine_dir, tmp_path, dense_low_entropy, plain_dense, mode
+    engine_dir, tmp_path, dense_low_entropy, plain_dense
 ) -> None:
     """ngram proposes 0..K drafts per request (host lists, some empty); the estimate scores them and the
-    planner verifies ragged lengths, never more than a request has: the output is plain decoding's. (ngram's
-    drafts on this low-entropy target are all accepted, so the population's rate stays at 1.) Async: V1's async
-    scheduling on the CPU engine (cpu_async), the plan staged."""
-    plain = plain_dense
+    planner verifies ragged lengths, never more than a request has: the output is plain decoding's, with one
+    host copy per planned step. (ngram's drafts on this low-entropy target are all accepted, so the
+    population's rate stays at 1; vLLM runs host ngram under sync scheduling only.)"""
     ours = run(
         engine_dir,
         dense_low_entropy,
         speculative=speculative("ngram", dense_low_entropy),
-        plugin=_plugin(_profile(tmp_path / "step.json"), mode),
-        async_scheduling=mode == "async",
+        plugin=_plugin(_profile(tmp_path / "step.json")),
         env=ONE_OMP_THREAD,
     )
-    assert_matches_plain(plain, ours, allow_ties=False)
-    _check_estimate_steps(ours.dynamic, staged=mode == "async")
+    assert_matches_plain(plain_dense, ours, allow_ties=False)
+    _check_estimate_steps(ours.dynamic, "estimate", staged=False)
     assert ours.num_accepted > 0 and ours.mean_verify_length < 1 + K
     # never more drafts planned than ngram had: every planned draft went to the target (the counters also hold
     # drafts of a request's last step, which it never verifies)
     planned = sum(int(n) * c for n, c in ours.dynamic["lengths"].items())
     assert 0 < ours.num_draft_tokens <= planned
+
+
+@pytest.mark.slow
+def test_dflash_combined_with_the_estimate_under_async_scheduling_matches_plain(
+    engine_dir, tmp_path, dense_low_entropy, plain_dense
+) -> None:
+    """DFlash's max-softmax confidences times each request's observed / predicted acceptance (estimate
+    'combine'), in V1's async scheduling on the CPU engine (cpu_async): the combined survivals are staged in
+    the step (no host read), the lengths reach the scheduler, the output is plain decoding's."""
+    plugin = _plugin(_profile(tmp_path / "step.json"), "async")
+    plugin["dynamic"]["estimate"] = "combine"
+    ours = run(
+        engine_dir,
+        dense_low_entropy,
+        speculative=speculative("dflash", dense_low_entropy),
+        plugin=plugin,
+        async_scheduling=True,
+        env=ONE_OMP_THREAD,
+    )
+    assert_matches_plain(plain_dense, ours, allow_ties=False)
+    stats = ours.dynamic
+    _check_estimate_steps(stats, "logits+estimate", staged=True, ragged=False)
+    # DFlash on this target is confident where it is wrong: the request's record pulls its first position down
+    # (observed / predicted < 1), plans turn plain and the drafter is skipped between probes
+    assert stats["estimate"]["population_rate"][0] < 1.0
+    assert stats["plain_steps"] > 0 and stats["skipped_steps"] > 0
+    # the scheduler took the plain plans: far fewer verify steps than V1's placeholders (every request, every
+    # decode step) would give
+    assert 0 < ours.num_drafts < sum(LENGTHS) / (1 + K)
 
 
 @pytest.mark.slow
@@ -223,5 +252,5 @@ def test_mtp_planned_on_the_estimate_matches_plain_on_the_hybrid(
         env=ONE_OMP_THREAD,
     )
     assert_matches_plain(plain, ours, allow_ties=False)
-    _check_estimate_steps(ours.dynamic, staged=False)
+    _check_estimate_steps(ours.dynamic, "estimate", staged=False)
     assert ours.gdn_slots_per_request == 1
