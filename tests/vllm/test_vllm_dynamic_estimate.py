@@ -139,6 +139,19 @@ def test_a_request_new_to_the_batch_starts_from_the_prior() -> None:
     assert float(q[1, 0]) == pytest.approx(g0) and float(q[0, 0]) == pytest.approx(g0 / 2)
 
 
+@pytest.mark.parametrize("method", ["ngram", "mtp", "eagle", "eagle3", "draft_model"])
+def test_sequential_drafters_are_planned_at_one_token_per_request_and_forward(method: str) -> None:
+    """The drafters without scores of their own get a draft dispatcher and a controller like the block drafters:
+    Q = 1 (one token per request in each of the K forwards; ngram runs none), the draft graph keyed on B alone."""
+    from ascend_spec.vllm.graphs import build_engine_graphs
+
+    graphs = build_engine_graphs(method=method, num_spec_tokens=K, max_num_seqs=8, capture_sizes=None)
+    assert graphs.draft_tokens_per_request == 1
+    for b in range(1, 9):
+        keys = {graphs.step(b, b + t)[0].key for t in range(b * K + 1)}
+        assert keys == {("draft", "uniform", graphs.draft.buckets.pad(b))}
+
+
 # ---------------------------------------------------------------------------------------------- engines
 
 
