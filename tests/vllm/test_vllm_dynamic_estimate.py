@@ -1,7 +1,8 @@
 """Dynamic verification planned on the online acceptance estimate: its V1 wiring without an engine (the sampler's
 device output as evidence, ngram's ragged host lists as available drafts, DFlash/DSpark scores combined), and in
-vLLM's CPU engine for ngram and MTP (sync scheduling) and DFlash combined with it (async scheduling): lossless against plain decoding of the same
-engine, ragged per-request lengths, at most one host copy per step."""
+vLLM's CPU engine for ngram, draft_model and MTP (sync scheduling) and DFlash combined with it (async
+scheduling): lossless against plain decoding of the same engine, ragged per-request lengths, at most one host
+copy per step."""
 
 from __future__ import annotations
 
@@ -215,6 +216,26 @@ def test_ngram_planned_on_the_estimate_matches_plain(
     # drafts of a request's last step, which it never verifies)
     planned = sum(int(n) * c for n, c in ours.dynamic["lengths"].items())
     assert 0 < ours.num_draft_tokens <= planned
+
+
+@pytest.mark.slow
+def test_draft_model_planned_on_the_estimate_matches_plain(
+    engine_dir, tmp_path, dense_low_entropy, plain_dense
+) -> None:
+    """draft_model (V1's DraftModelProposer, the sequential path EAGLE / EAGLE-3 share; here the target drafts
+    for itself, so every draft is accepted): ragged lengths planned on the estimate, one host copy per planned
+    step, the output plain decoding's."""
+    spec = {"method": "draft_model", "model": str(dense_low_entropy.target), "num_speculative_tokens": K}
+    ours = run(
+        engine_dir,
+        dense_low_entropy,
+        speculative=spec,
+        plugin=_plugin(_profile(tmp_path / "step.json")),
+        env=ONE_OMP_THREAD,
+    )
+    assert_matches_plain(plain_dense, ours, allow_ties=False)
+    _check_estimate_steps(ours.dynamic, "estimate", staged=False)
+    assert 0 < ours.num_accepted == ours.num_draft_tokens  # the target's own drafts
 
 
 @pytest.mark.slow
