@@ -18,6 +18,9 @@ NPU_V1_RUNNER = "vllm-ascend NPUModelRunner (V1)"
 
 _V1 = tuple(f"vLLM {v}" for v in V1_RELEASES)
 _V2 = tuple(f"vLLM {v}" for v in V2_RELEASES)
+_V2_BLOCK_SLOTS = tuple(
+    f"vLLM {v}" for v, r in V2_RELEASES.items() if r.v2_shims.dflash_inputs_from_block_slots
+)
 _VLLM_ASCEND = ("vllm-ascend 0.30.0rc2 with vLLM 0.30.0",)
 
 
@@ -324,7 +327,7 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "restored after (DSparkSpeculator subclasses DFlashSpeculator and uses the same global)",
         remove_when="V2 takes block inputs from prepare_block_slots",
         runner=V2_RUNNER,
-        releases=("vLLM 0.32.0",),
+        releases=_V2_BLOCK_SLOTS,
     ),
     PatchPoint(
         name="v2_startup_log",
