@@ -91,9 +91,11 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     ("v2", _V2_RUNNER, "GPUModelRunner.finish_requests"),
     ("v2", _V2_RUNNER, "GPUModelRunner._remove_request"),
     ("v2", _V2_RUNNER, "GPUModelRunner.add_requests"),
+    ("v2", _V2_RUNNER, "GPUModelRunner.prepare_inputs"),  # adaptive verification's budget and compaction
     ("v2", _V2 + "states.py", "RequestState.__init__"),
     ("v2", _V2 + "states.py", "RequestState.remove_request"),
     ("v2", _V2 + "block_table.py", "BlockTables.__init__"),
+    ("v2", _V2 + "buffer_utils.py", "StagedWriteTensor.__init__"),  # block_tables[g].gpu
     ("v2", _V2 + "cpu/model_runner.py", "CPUModelRunner"),  # absent on purpose: see _ALIASES
     # V2's hybrid model state: the GDN metadata's inputs and the accepted counts on the device
     ("v2", _V2 + "model_states/__init__.py", "init_model_state"),
