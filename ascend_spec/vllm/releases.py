@@ -113,7 +113,9 @@ V1_RELEASES: dict[str, VllmRelease] = {
 #   does not declare supports_replayssm, config/vllm.py:3618-3622) and adaptive verification's ragged rows
 #   (gdn_attn.py:417, no uniform length when it is on);
 # * 0.34.0 only: Model Runner V1 is gone (no v1/worker/gpu_model_runner.py, no VllmConfig.use_v2_model_runner;
-#   platforms/interface.py:1481-1490 refuses VLLM_USE_V2_MODEL_RUNNER=0): v2_only. V1 does not list it.
+#   platforms/interface.py:1481-1490 refuses VLLM_USE_V2_MODEL_RUNNER=0): v2_only. V1 does not list it, so the
+#   GDN layer reads the default V1Shims there (0.32.0's; its _output_projection is unchanged, :1246), and on a
+#   non-x86 CPU without Triton its CPU worker builds a runner the hooks never see (v2.unhooked_v2_runner).
 V2_RELEASES: dict[str, VllmRelease] = {
     "0.32.0": VllmRelease(
         "0.32.0",

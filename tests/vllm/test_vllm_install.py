@@ -292,6 +292,9 @@ def test_v2_only_release_hooks_v2_never_v1_and_refuses_without_naming_the_remove
     assert "runs Model Runner V2 and its hooks failed to install (RuntimeError: vLLM 0.34.0 lacks" in line
     assert line.endswith(". Remove the key")  # vLLM 0.34.0 refuses VLLM_USE_V2_MODEL_RUNNER=0 itself
     assert "VLLM_USE_V2_MODEL_RUNNER" not in line
+    # were V1's hooks tried there, its runner module (gone in 0.34.0) would be named, not raised
+    gone = ("vllm.v1.worker.no_gpu_model_runner", "GPUModelRunner", "__init__")
+    assert releases.missing_targets((gone,)) == ["vllm.v1.worker.no_gpu_model_runner.GPUModelRunner"]
 
 
 def test_v2_engine_on_the_standalone_cpu_runner_is_refused_in_one_line(
