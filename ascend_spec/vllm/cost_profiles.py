@@ -195,11 +195,28 @@ def measure_engine_profiles(
     settings: DynamicConfig,
     device: torch.device,
     key: dict[str, Any] | None = None,
+    *,
+    interleave_draft: bool = True,
 ) -> EngineProfiles:
-    """Time both parts at their buckets within ``settings.max_startup_s`` (module docstring)."""
+    """Time both parts at their buckets within ``settings.max_startup_s`` (module docstring).
+
+    ``interleave_draft=False`` times the drafter bucket after bucket (at least one warm-up call each): for a
+    ``run_draft`` whose first call of a size prepares what the next calls of that size reuse (Model Runner V2's
+    drafter needs a dummy step's inputs)."""
     deadline = _Deadline(settings.max_startup_s)
     target = _interleaved(deadline.wrap(run_target), target_buckets, settings, device, "target")
-    draft = _interleaved(deadline.wrap(run_draft), draft_buckets, settings, device, "draft")
+    if interleave_draft:
+        draft = _interleaved(deadline.wrap(run_draft), draft_buckets, settings, device, "draft")
+    else:
+        draft = CostProfile.measure(
+            deadline.wrap(run_draft),
+            draft_buckets,
+            warmup=max(1, settings.warmup),
+            repeats=settings.repeats,
+            device=device,
+            part="draft",
+            statistic=settings.statistic,
+        )
     return EngineProfiles(target, draft, key, "measured", deadline.elapsed())
 
 

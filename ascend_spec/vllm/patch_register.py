@@ -276,8 +276,9 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
         name="v2_runner_init",
         target="vllm.v1.worker.gpu.model_runner.GPUModelRunner.__init__",
-        what="reads additional_config['ascend_spec'], refuses what V2's hooks do not serve (dynamic "
-        "verification), registers the plugin's GDN layer before the model is built, hooks that runner",
+        what="reads additional_config['ascend_spec'], refuses what V2's hooks do not serve (gdn_verify with "
+        "async scheduling; dynamic verification with V2's own adaptive verification or without a block "
+        "drafter), registers the plugin's GDN layer before the model is built, hooks that runner",
         why="V2's runner does not inherit from V1's (runner_init never runs there) and has no per-engine hook; "
         "the CPU worker's V2 runner (vllm/v1/worker/cpu/model_runner.py) calls it through super()",
         how="function wrapper installed once by register() on a release listed in V2_RELEASES; without the key "
@@ -328,6 +329,51 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="V2 takes block inputs from prepare_block_slots",
         runner=V2_RUNNER,
         releases=_V2_BLOCK_SLOTS,
+    ),
+    PatchPoint(
+        name="v2_dynamic_manager",
+        target="GPUModelRunner.adaptive_verification (V2, per runner instance; set by a wrapper of its "
+        "execute_model at the first real step)",
+        what="the plugin's DeviceBudgetManager answers V2's adaptive-verification calls (get_num_tokens, "
+        "compact_batch, reallocate_drafts, record_confidences, add_request): the total T on the host from the "
+        "newest survivals already staged to the host (never a wait), planned by BudgetController on the cost "
+        "profiles measured with V2's dummy runs; the per-request split on the device by allocate_verify_budget "
+        "on the current drafts' survivals; T = 0 (no-draft option) possible",
+        why="V2's AdaptiveVerificationManager needs full CUDA graphs, builds its cost tables only in "
+        "capture_model, is created only with enable_adaptive_verification, refuses GDN targets and never plans "
+        "plain decoding",
+        how="instance attribute set after V2's initialize_kv_cache and capture_model ran without it (so V2's "
+        "graph modes stay its own); the cost profiles are measured (or read) first, before the step's inputs "
+        "(ascend_spec/vllm/v2/budget_manager.py, dynamic_hooks.py)",
+        remove_when="V2's manager takes current-step confidences, a device split without graphs, measured "
+        "costs and a plain-decoding option",
+        runner=V2_RUNNER,
+        releases=_V2,
+    ),
+    PatchPoint(
+        name="v2_dynamic_confidence",
+        target="DFlashSpeculator._maybe_predict_acceptance / DSpark's model.compute_confidence and "
+        "DSparkSpeculator.use_confidence_head (V2, per speculator instance)",
+        what="the drafter writes its run's confidences into draft_token_confidence_probs: DFlash "
+        "max_softmax_confidence of its [B*K, V] draft logits, DSpark head_confidence of its confidence head "
+        "(a checkpoint without one is refused)",
+        why="V2 computes confidences only with enable_adaptive_verification (which brings V2's own manager): "
+        "DSpark's head then, DFlash never (an online estimator instead)",
+        how="instance attributes set after load_model (ascend_spec/vllm/v2/dynamic_hooks.py)",
+        remove_when="with v2_dynamic_manager",
+        runner=V2_RUNNER,
+        releases=_V2,
+    ),
+    PatchPoint(
+        name="v2_dynamic_skip_drafter",
+        target="DFlashSpeculator.propose / DSparkSpeculator.propose (V2, per speculator instance)",
+        what="after a plan of plain decoding the drafter's real runs are skipped for the back-off stretch "
+        "(zero drafts, which the next plan never verifies); dummy runs always draft",
+        why="the no-draft option: a step planned as plain decoding should cost V(B), not D + V(B)",
+        how="instance attribute wrapping the bound method (outermost, around v2_dflash_inputs' wrapper)",
+        remove_when="with v2_dynamic_manager",
+        runner=V2_RUNNER,
+        releases=_V2,
     ),
     PatchPoint(
         name="v2_startup_log",

@@ -200,15 +200,33 @@ def test_a_failing_v2_install_refuses_v2_engines_only(fresh_install, monkeypatch
         install_mod.check_runner(SimpleNamespace(use_v2_model_runner=True))
 
 
-def test_v2_refuses_dynamic_verification_in_one_line() -> None:
+def test_v2_dynamic_verification_checks_in_one_line() -> None:
+    """Dynamic verification runs on V2 with a block drafter; V2's own adaptive verification, a drafter without
+    per-draft confidences and DFlash's local argmax reduction are refused in one line naming the setting."""
+    from types import SimpleNamespace
+
     from ascend_spec.vllm.config import parse_config
     from ascend_spec.vllm.v2.runner import check_v2_engine
 
+    def engine(method: str = "dflash", **spec) -> SimpleNamespace:  # noqa: ANN003
+        return SimpleNamespace(
+            model_config=SimpleNamespace(is_hybrid=False),
+            speculative_config=SimpleNamespace(method=method, **spec),
+            scheduler_config=SimpleNamespace(async_scheduling=False),
+            cache_config=SimpleNamespace(mamba_cache_mode="none"),
+        )
+
     settings = parse_config({"ascend_spec": {"dynamic": True}})
-    with pytest.raises(ValueError) as refused:
-        check_v2_engine(VllmConfig(), settings)
-    assert "\n" not in str(refused.value)
-    assert "additional_config['ascend_spec']['dynamic'] runs on Model Runner V1" in str(refused.value)
+    check_v2_engine(engine(), settings)
+    check_v2_engine(engine("dspark"), settings)
+    for bad, words in [
+        (engine("ngram"), "needs a drafter with per-draft confidences"),
+        (engine(enable_adaptive_verification=True), "remove 'enable_adaptive_verification'"),
+        (engine(use_local_argmax_reduction=True), "turn it off in the speculative config"),
+    ]:
+        with pytest.raises(ValueError) as refused:
+            check_v2_engine(bad, settings)
+        assert "\n" not in str(refused.value) and words in str(refused.value)
 
 
 def test_v2_gdn_verification_refuses_async_scheduling_in_one_line() -> None:
