@@ -138,10 +138,6 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"--num-spec must be >= 1; got {args.num_spec}")
     if args.prompts < 1 or args.max_tokens < 1:
         raise CommandError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
-    if args.sweep and args.runner != "v1":
-        raise CommandError(
-            f"--sweep times dynamic verification, which runs on Model Runner V1 in this release; got --runner {args.runner}"
-        )
     if args.sweep:
         from ascend_spec.e2e.sweep import pinned_cpus
 

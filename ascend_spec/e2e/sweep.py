@@ -341,7 +341,14 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
                 if k is None
                 else {"method": "dflash", "model": str(drafter), "num_speculative_tokens": k}
             )
-            return EngineSpec(target=target, speculative=cfg, plugin=plugin, hybrid=hybrid, max_num_seqs=b)
+            return EngineSpec(
+                target=target,
+                speculative=cfg,
+                plugin=plugin,
+                hybrid=hybrid,
+                max_num_seqs=b,
+                runner=getattr(args, "runner", "v1"),
+            )
 
         configs = [("plain", spec(None, None))]
         configs += [(f"K={k}", spec(k, base_plugin)) for k in range(1, k_max + 1)]
@@ -371,6 +378,7 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
     kind = "constant " if getattr(args, "constant", False) else "low-entropy " if args.low_entropy else ""
     title = (
         f"ascend-spec e2e --sweep: {kind}{'hybrid' if hybrid else 'dense'} target, DFlash, K<={k_max}, "
+        f"runner {getattr(args, 'runner', 'v1')}, "
         f"{args.max_tokens} tokens/request"
     )
     print(title + (f" (engines pinned to CPU {cpus[0]})" if cpus else ""))

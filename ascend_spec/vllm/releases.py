@@ -72,6 +72,10 @@ class V2Shims:
     # True where Model Runner V1 is gone: every engine runs V2 and VllmConfig has no use_v2_model_runner (the
     # config gate then treats every engine as a V2 engine; vLLM itself refuses VLLM_USE_V2_MODEL_RUNNER=0).
     v2_only: bool = False
+    # The runner unpacks reallocate_drafts' result as (cu_num_logits, query_start_loc, total drafts) (0.32.0,
+    # model_runner.py:1436-1440) or with a fourth item, the admitted counts copied to the host for a batch
+    # sharder, None otherwise (0.33.0, model_runner.py:1471-1477): the plugin's manager answers in the same shape.
+    reallocate_returns_admitted_counts: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,14 +129,18 @@ V2_RELEASES: dict[str, VllmRelease] = {
         "0.33.0",
         checked="not run (torch 2.14 CPU wheels unreachable): every V2 target of vllm 0.33.0's wheel read "
         "against 0.32.0's (scripts/compare_vllm_releases.py --runner v2; docs/vllm.md)",
-        v2_shims=V2Shims(dflash_inputs_from_block_slots=False),
+        # its reallocate_drafts returns a fourth item (dynamic verification's manager answers with None)
+        v2_shims=V2Shims(dflash_inputs_from_block_slots=False, reallocate_returns_admitted_counts=True),
     ),
     "0.34.0": VllmRelease(
         "0.34.0",
         checked="read, not run (torch 2.14; no V1 runner): every V2 target of vllm 0.34.0's wheel read against "
         "0.32.0's (scripts/compare_vllm_releases.py --runner v2; docs/vllm.md); scripts/gpu_check.sh when a "
         "device is lent",
-        v2_shims=V2Shims(dflash_inputs_from_block_slots=False, v2_only=True),
+        # its reallocate_drafts returns a fourth item, as 0.33.0's (model_runner.py:1547)
+        v2_shims=V2Shims(
+            dflash_inputs_from_block_slots=False, v2_only=True, reallocate_returns_admitted_counts=True
+        ),
     ),
 }
 

@@ -190,3 +190,14 @@ def test_total_from_the_newest_landed_survivals_never_waits() -> None:
     total, lengths = _controller().plan_lengths(survival_probs(sure).numpy())
     assert tokens == 2 + total and counts == lengths and total > 0
     assert manager.verifier.stats.stale_plans == 1
+
+
+@pytest.mark.parametrize("four", [False, True])
+def test_reallocate_answers_in_the_releases_shape(four: bool) -> None:
+    """vLLM 0.32.0's runner unpacks three items, 0.33.0's four (the admitted counts for a batch sharder: None)."""
+    manager = _manager()
+    manager.admitted_counts_item = four
+    manager.record_confidences(torch.full((1, K), 0.9), _batch(["a"], [0]))
+    manager.get_num_tokens({"a": 1 + K}, {"a": [-1] * K})
+    out = manager.reallocate_drafts(["a"], torch.tensor([0]))
+    assert len(out) == (4 if four else 3) and (not four or out[3] is None)

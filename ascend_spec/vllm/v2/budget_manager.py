@@ -60,6 +60,7 @@ class DeviceBudgetManager:
         max_total_logits: int,
         score_kind: str,
         backend: str = "auto",
+        admitted_counts_item: bool = False,
     ) -> None:
         self.verifier = verifier
         self.num_speculative_steps = k = num_speculative_steps
@@ -68,6 +69,7 @@ class DeviceBudgetManager:
         self.max_total_logits = max_total_logits
         self.score_kind = score_kind
         self.backend = backend
+        self.admitted_counts_item = admitted_counts_item  # V2Shims.reallocate_returns_admitted_counts
         device = query_start_loc.device
         self._survival = torch.ones(max_num_reqs, k, dtype=torch.float32, device=device)  # per request slot
         self._rows = torch.empty(max_num_reqs, k, dtype=torch.float32, device=device)  # a run, batch order
@@ -124,10 +126,9 @@ class DeviceBudgetManager:
         share[verifying[: total % len(verifying)]] += 1
         return non_draft + share, cu_num_logits_np
 
-    def reallocate_drafts(
-        self, req_ids: list[str], idx_mapping: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """The device split of T: per-request draft counts, then ``cu_num_logits`` and ``query_start_loc``."""
+    def reallocate_drafts(self, req_ids: list[str], idx_mapping: torch.Tensor) -> tuple:
+        """The device split of T: per-request draft counts, then ``cu_num_logits`` and ``query_start_loc`` (and,
+        where the release unpacks four items, None: no admitted counts go to the host)."""
         from vllm.utils.torch_utils import async_tensor_h2d
 
         start = time.perf_counter()
@@ -165,6 +166,8 @@ class DeviceBudgetManager:
         if total > 0 and verifying.size:  # the split, for the stats: staged, read once landed
             self._counts.append((self._count_stager.stage(counts, req_ids, "counts"), verifying))
         self.verifier.stats.overhead_s += time.perf_counter() - start
+        if self.admitted_counts_item:
+            return self._cu_num_logits[: b + 1], qsl, total, None
         return self._cu_num_logits[: b + 1], qsl, total
 
     def record_confidences(self, confidence_probs: torch.Tensor, input_batch: Any) -> None:  # noqa: ANN401

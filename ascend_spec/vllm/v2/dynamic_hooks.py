@@ -135,6 +135,13 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
 
     settings = runner.ascend_spec
     vllm_config = runner.vllm_config
+    if (
+        getattr(runner, "batch_sharder", None) is not None
+    ):  # vLLM 0.33.0: it reads admitted counts on the host
+        raise ValueError(
+            f"{_where('dynamic')} on Model Runner V2 splits the drafts on the device only; this engine shards "
+            "its sampling batch (batch_sharder), which reads the admitted counts on the host: remove the 'dynamic' key"
+        )
     device = torch.device(runner.device)
     graphs = engine_graphs(vllm_config, device)
     key = profile_key(vllm_config, device, graphs, settings.dynamic)
@@ -176,6 +183,7 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
         max_total_logits=get_max_chunk_logits(runner.vocab_size),
         score_kind=score_kind(runner.speculator),
         backend=settings.backend,
+        admitted_counts_item=runner.ascend_spec_release.v2_shims.reallocate_returns_admitted_counts,
     )
     runner.adaptive_verification = manager
     runner.ascend_spec_dynamic = verifier
