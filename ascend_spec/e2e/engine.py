@@ -121,7 +121,13 @@ class EngineRun:
 
     @property
     def mean_verify_length(self) -> float | None:
-        """Tokens the target verified per request and step: 1 + drafts."""
+        """Tokens the target verified per request and step: 1 + drafts. On Model Runner V2 with dynamic
+        verification vLLM's counters hold the scheduler's K placeholders per request, so the device split's
+        histogram (per request and planned step) is read instead."""
+        lengths = (self.dynamic or {}).get("lengths") if self.runner == "v2" else None
+        if lengths:
+            counts = {int(n): c for n, c in lengths.items()}
+            return 1 + sum(n * c for n, c in counts.items()) / sum(counts.values())
         return 1 + self.num_draft_tokens / self.num_drafts if self.num_drafts else None
 
     @property

@@ -181,9 +181,11 @@ def _serve(request_path: str, result_path: str) -> None:
     run = EngineRun()
     llm = None
     try:
+        llm = start_engine(
+            EngineSpec(**spec), prompts
+        )  # first: it selects the runner before vLLM is imported
         from vllm.inputs import TokensPrompt
 
-        llm = start_engine(EngineSpec(**spec), prompts)
         token_prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
         sampling = engine_sampling(data["max_tokens"])
         say("ready")

@@ -292,6 +292,9 @@ def dynamic_stats(worker) -> dict | None:  # noqa: ANN001 - collective_rpc targe
     verifier = getattr(worker.model_runner, "ascend_spec_dynamic", None)
     if verifier is None:
         return None
+    manager = getattr(verifier, "v2_manager", None)
+    if manager is not None:  # Model Runner V2: fold the split's counts that landed since the last step
+        manager.flush_stats()
     out = verifier.stats.as_dict()
     out["profile_source"] = verifier.profiles.source
     out["profile_startup_s"] = verifier.profiles.startup_s
