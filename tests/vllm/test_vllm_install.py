@@ -259,6 +259,9 @@ def test_release_table_names_each_v2_release_and_its_shims() -> None:
     # 0.33.0 / 0.34.0's prepare_dflash_inputs also writes input_buffers.is_padding: V2's own kernel there
     assert block_slots == {"0.32.0": True, "0.33.0": False, "0.34.0": False}
     assert [v for v, r in releases.V2_RELEASES.items() if r.v2_shims.v2_only] == ["0.34.0"]
+    # dynamic verification's manager answers reallocate_drafts with the release's tuple (a fourth item from 0.33.0)
+    four_items = {v: r.v2_shims.reallocate_returns_admitted_counts for v, r in releases.V2_RELEASES.items()}
+    assert four_items == {"0.32.0": False, "0.33.0": True, "0.34.0": True}
     assert releases.supported_line() == (
         "vLLM 0.30.0, 0.32.0, 0.33.0 (Model Runner V1); vLLM 0.32.0, 0.33.0, 0.34.0 (Model Runner V2)"
     )
