@@ -137,7 +137,7 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
     vllm_config = runner.vllm_config
     if (
         getattr(runner, "batch_sharder", None) is not None
-    ):  # vLLM 0.33.0: it reads admitted counts on the host
+    ):  # vLLM >= 0.33.0: a sharded sampler reads the admitted counts on the host
         raise ValueError(
             f"{_where('dynamic')} on Model Runner V2 splits the drafts on the device only; this engine shards "
             "its sampling batch (batch_sharder), which reads the admitted counts on the host: remove the 'dynamic' key"
