@@ -55,6 +55,13 @@ class EngineProfiles:
         }
 
 
+def controller_target_profile(profiles: EngineProfiles, graphs) -> CostProfile:  # noqa: ANN001
+    """The target profile the controller plans with: as measured where the target runs graphs (a total is
+    padded to its bucket), every token count where it runs eagerly (``CostProfile.per_token``: each verified
+    token costs its share, so a total that fills a bucket is no longer free)."""
+    return profiles.target if graphs.graphs else profiles.target.per_token()
+
+
 def profile_key(vllm_config, device: torch.device, graphs, settings: DynamicConfig) -> dict[str, Any]:  # noqa: ANN001
     """Everything the measured costs depend on: models, device, dtype, engine settings, buckets, versions."""
     import vllm

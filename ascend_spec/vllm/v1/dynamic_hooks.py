@@ -19,7 +19,12 @@ import torch
 
 from ascend_spec.graph import BudgetController
 from ascend_spec.vllm.config import _where
-from ascend_spec.vllm.cost_profiles import engine_profiles, measure_engine_profiles, profile_key
+from ascend_spec.vllm.cost_profiles import (
+    controller_target_profile,
+    engine_profiles,
+    measure_engine_profiles,
+    profile_key,
+)
 from ascend_spec.vllm.dynamic import DynamicVerifier, take_checked_scores, trim_draft_token_ids
 from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, engine_graphs
 from ascend_spec.vllm.log import plugin_logger
@@ -229,7 +234,7 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
     profiles = engine_profiles(settings.dynamic, key, measure)
     controller = BudgetController(
         profiles.draft,
-        profiles.target,
+        controller_target_profile(profiles, graphs),
         max_drafts=k,
         draft_tokens_per_request=q,
         mode="sync",

@@ -25,7 +25,12 @@ import torch
 
 from ascend_spec.graph import BudgetController
 from ascend_spec.vllm.config import AscendSpecConfig, _where
-from ascend_spec.vllm.cost_profiles import engine_profiles, measure_engine_profiles, profile_key
+from ascend_spec.vllm.cost_profiles import (
+    controller_target_profile,
+    engine_profiles,
+    measure_engine_profiles,
+    profile_key,
+)
 from ascend_spec.vllm.dynamic import DynamicVerifier
 from ascend_spec.vllm.graphs import engine_graphs
 from ascend_spec.vllm.log import plugin_logger
@@ -164,7 +169,7 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
     profiles = engine_profiles(settings.dynamic, key, measure)
     controller = BudgetController(
         profiles.draft,
-        profiles.target,
+        controller_target_profile(profiles, graphs),
         max_drafts=k,
         draft_tokens_per_request=q,
         mode="sync",
