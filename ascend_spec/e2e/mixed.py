@@ -22,6 +22,12 @@ successor permutation has two kinds of cycles:
 So a fixed K verifies K drafts for every request, half of them wasted; a planner that knew the classes would
 verify K for the first half and none for the second.
 
+**The drafters**: the DSpark drafter (:func:`_write_dspark`) knows the short cycles and not the long one: every
+draft of a repetitive request is accepted, none of the others', and its confidence head says so (0.993 against
+0.007), so dynamic verification can plan the two halves apart today. The DFlash drafter has random weights:
+its first draft is the successor in both halves (its block's anchor position carries the anchor's embedding,
+which the shared lm_head maps to the successor), later ones are rejected in both.
+
 **The step cost** (why the target is not a plain Qwen3): on a CPU a GEMM is compute bound at a few tokens, so
 every part of a dense model costs per token and nothing plays the accelerator's "weights read once per step".
 The target therefore adds a deliberate fixed part: once per forward, one matrix-vector product of a
@@ -64,7 +70,12 @@ REPETITIVE_TOKENS = range(1, 256)
 LOGIT_SCALE = 20.0
 # Longest output + K an *other* request may ask for: its prompt lists that many orbit tokens (and 8 more).
 MAX_REQUEST_TOKENS = VOCAB_SIZE - len(REPETITIVE_TOKENS) - 10
-GENERATOR_VERSION = 1
+# The DSpark drafter's Markov head: rank (one dimension per token), and the bias it puts on a successor.
+MARKOV_RANK = VOCAB_SIZE
+MARKOV_BIAS = 40.0
+# Its confidence head's logit: +CONFIDENCE_LOGIT after a repetitive token, -CONFIDENCE_LOGIT after any other.
+CONFIDENCE_LOGIT = 5.0
+GENERATOR_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -197,6 +208,37 @@ def _write_target(out: Path, tokens: MixedTokens, seed: int) -> None:
     (out / "successor.json").write_text(json.dumps(tokens.successor))
 
 
+def _write_dspark(out: Path, tokens: MixedTokens, target_layers: list[int], seed: int) -> None:
+    """A DSpark drafter that knows the short cycles and gets the long one wrong (module docstring).
+
+    Its Markov head has one rank dimension per token, so its bias is exact: +MARKOV_BIAS on the successor of a
+    repetitive token, -MARKOV_BIAS on the successor of any other (without it the random backbone's first draft
+    would be right: its block position 0 carries the anchor token's embedding, which the shared lm_head maps to
+    the successor). Its confidence head reads the Markov embedding only: sigmoid(+CONFIDENCE_LOGIT) after a
+    repetitive token, sigmoid(-CONFIDENCE_LOGIT) after any other.
+    """
+    from safetensors.torch import load_file, save_file
+
+    _dspark_drafter(out, target_layers=target_layers, seed=seed)
+    state = load_file(str(out / "model.safetensors"))
+    repetitive = set(REPETITIVE_TOKENS)
+    w1 = torch.eye(VOCAB_SIZE, MARKOV_RANK) * MARKOV_BIAS
+    w2 = torch.zeros(VOCAB_SIZE, MARKOV_RANK)
+    for t in range(VOCAB_SIZE):  # bias[u] = <w1[t], w2[u]> = +-MARKOV_BIAS iff u = successor[t]
+        w2[tokens.successor[t], t] = 1.0 if t in repetitive else -1.0
+    state["markov_head.markov_w1.weight"] = w1.to(torch.bfloat16)
+    state["markov_head.markov_w2.weight"] = w2.to(torch.bfloat16)
+    proj = torch.zeros(1, HIDDEN_SIZE + MARKOV_RANK)
+    for t in repetitive:  # the Markov embedding of t is MARKOV_BIAS on dimension t
+        proj[0, HIDDEN_SIZE + t] = 2 * CONFIDENCE_LOGIT / MARKOV_BIAS
+    state["confidence_head.proj.weight"] = proj
+    state["confidence_head.proj.bias"] = torch.tensor([-CONFIDENCE_LOGIT])
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["markov_rank"] = MARKOV_RANK
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+
 def make_mixed_models(root: Path, *, seed: int = 0) -> TinyModels:
     """The step-cost target and its DFlash and DSpark drafters under ``root`` (reused when already written)."""
     base = Path(root) / f"mixed_stepcost_s{seed}_v{GENERATOR_VERSION}"
@@ -204,9 +246,10 @@ def make_mixed_models(root: Path, *, seed: int = 0) -> TinyModels:
     done = base / "done"
     layers = [0, PER_TOKEN_LAYERS - 1]
     if not done.exists():
-        _write_target(target, mixed_tokens(seed), seed)
+        tokens = mixed_tokens(seed)
+        _write_target(target, tokens, seed)
         _dflash_drafter(dflash, target_layers=layers, seed=seed)
-        _dspark_drafter(dspark, target_layers=layers, seed=seed)
+        _write_dspark(dspark, tokens, layers, seed)
         done.write_text("ok")
     return TinyModels(target=target, dflash=dflash, mtp=False, hybrid=False, dspark=dspark)
 

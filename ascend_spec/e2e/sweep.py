@@ -4,11 +4,19 @@ Per batch size B (B concurrent requests, ``max_num_seqs = B``) every row is a fr
 all of them resident at once and timed in interleaved rounds (:mod:`ascend_spec.e2e.interleaved`: round r times
 one ``generate`` per engine in turn, each row keeps its best of ``--repeats`` rounds), so a busy stretch of a
 shared machine slows every row alike instead of whichever engine ran in it:
-plain decoding, DFlash with the plugin at each fixed K = 1..K_max, and DFlash with dynamic verification
-(K_max drafted, the controller choosing per request). Columns: tokens/s (best of ``--repeats``) and its ratio to
+plain decoding, the drafter (``--method``) with the plugin at each fixed K = 1..K_max, and with dynamic
+verification (K_max drafted, the controller choosing per request). Columns: tokens/s (best of ``--repeats``) and its ratio to
 plain decoding at that B, tokens per CPU-second of the engine process (best round) and its ratio, mean verify and acceptance lengths, the chosen totals per step (histogram
 ``T:steps``), the plugin's overhead per step (confidence + survival + controller + allocation, measured in the
 engine) and host copies per step. ``--plot`` writes tokens/s against B per mode (matplotlib).
+
+``--method`` (ngram, dflash, mtp, dspark; default dflash) picks the drafter of every speculative row; the
+dynamic row's plugin config is the same for every method (``{"dynamic": {"mode": "sync", "profile": ...}}``),
+so a method the engine cannot plan yet fails in that row with the engine's reason and the other rows still
+run. ``--workload mixed`` (:mod:`ascend_spec.e2e.mixed`) runs requests of two classes on a target with a fixed
+per-step cost; every row then also reports, per class, the mean verify length over every decode step of that
+class's requests (vLLM's per-request spec-decode metrics), and the summary gives the dynamic and the best
+fixed-K row's. Under the table: the target's cost profile the largest batch's dynamic engine measured.
 
 ``--replicas`` (default 3) starts every row's engine that many times, all resident in the same interleaved
 rounds (replica 2 in reversed order: :func:`replica_order`): a row reports its fastest replica, and the spread

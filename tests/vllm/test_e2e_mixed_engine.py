@@ -1,11 +1,13 @@
-"""The mixed workload in an engine: the step-cost target decodes its successor function, and ngram at a fixed K
-gets every draft of the repetitive requests accepted and none of the others' (vLLM's per-request metrics)."""
+"""The mixed workload in an engine: the step-cost target decodes its successor function, and ngram and the
+built-in DSpark drafter at a fixed K get every draft of the repetitive requests accepted and none of the
+others' (vLLM's per-request metrics)."""
 
 from __future__ import annotations
 
 import pytest
 from engine_helpers import ONE_OMP_THREAD
 
+from ascend_spec.e2e.cli import speculative_config
 from ascend_spec.e2e.engine import EngineSpec, run_isolated
 from ascend_spec.e2e.mixed import (
     OTHER,
@@ -22,11 +24,14 @@ K = 3
 MAX_TOKENS = 12
 
 
-def test_ngram_at_fixed_k_accepts_the_repetitive_half_and_rejects_the_other(engine_dir, models_dir) -> None:
+@pytest.mark.parametrize("method", ["ngram", "dspark"])
+def test_fixed_k_accepts_the_repetitive_half_and_rejects_the_other(
+    engine_dir, models_dir, method: str
+) -> None:
     models = make_mixed_models(models_dir)
     prompts, classes = mixed_prompts(4, max_tokens=MAX_TOKENS, num_spec=K)
-    ngram = {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_min": 1, "prompt_lookup_max": 3}
-    spec = EngineSpec(target=models.target, speculative=ngram, plugin={}, max_num_seqs=4)
+    speculative = speculative_config(method, K, models.dspark, models.target)
+    spec = EngineSpec(target=models.target, speculative=speculative, plugin={}, max_num_seqs=4)
     run = run_isolated(spec, prompts, work_dir=engine_dir, max_tokens=MAX_TOKENS, env=ONE_OMP_THREAD)
     assert run.error is None, run.error
     oracle = mixed_tokens()
