@@ -25,8 +25,7 @@ verify K for the first half and none for the second.
 **The drafters**: the DSpark drafter (:func:`_write_dspark`) knows the short cycles and not the long one: every
 draft of a repetitive request is accepted, none of the others', and its confidence head says so (0.993 against
 0.007), so dynamic verification can plan the two halves apart today. The DFlash drafter has random weights:
-its first draft is the successor in both halves (its block's anchor position carries the anchor's embedding,
-which the shared lm_head maps to the successor), later ones are rejected in both.
+its drafts are rejected in both halves alike.
 
 **The step cost** (why the target is not a plain Qwen3): on a CPU a GEMM is compute bound at a few tokens, so
 every part of a dense model costs per token and nothing plays the accelerator's "weights read once per step".
