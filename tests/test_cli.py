@@ -116,6 +116,7 @@ def _fails(argv: list[str], capsys: pytest.CaptureFixture[str], *fragments: str)
         (["e2e", "--sweep", "--pin-cpu", "9999"], ["--pin-cpu", "got '9999'"]),
         (["e2e", "--runner", "v3"], ["--runner", "invalid choice: 'v3'"]),
         (["e2e", "--sweep", "--runner", "v2"], ["--sweep", "Model Runner V1", "got --runner v2"]),
+        (["e2e", "--sweep", "--requests-per-slot", "0"], ["--requests-per-slot", ">= 1; got 0"]),
         (["e2e", "--sweep", "--workload", "bogus"], ["--workload", "default, mixed", "got 'bogus'"]),
         (["e2e", "--workload", "mixed"], ["--workload mixed", "add --sweep"]),
         (["e2e", "--sweep", "--workload", "mixed", "--hybrid"], ["--workload mixed", "drop --hybrid"]),

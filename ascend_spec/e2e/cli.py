@@ -84,6 +84,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "ascend_spec/e2e/mixed.py)",
     )
     p.add_argument(
+        "--requests-per-slot",
+        type=int,
+        default=1,
+        help="with --sweep: submit N x B requests to each engine of batch size B (max_num_seqs = B), so finished "
+        "requests are replaced as in serving (continuous batching) instead of the batch draining (default 1)",
+    )
+    p.add_argument(
         "--print-profile",
         action="store_true",
         help="measure the target's cost profile (ms per forward by tokens) the way dynamic verification does at "
@@ -207,6 +214,8 @@ def run(args: argparse.Namespace) -> int:
             f"--sweep times dynamic verification, which runs on Model Runner V1 in this release; got --runner {args.runner}"
         )
     _check_workload(args)
+    if args.requests_per_slot < 1:
+        raise CommandError(f"--requests-per-slot must be >= 1; got {args.requests_per_slot}")
     if args.hybrid is None:
         args.hybrid = args.workload == "default"
     if args.sweep:

@@ -18,6 +18,11 @@ per-step cost; every row then also reports, per class, the mean verify length ov
 class's requests (vLLM's per-request spec-decode metrics), and the summary gives the dynamic and the best
 fixed-K row's. Under the table: the target's cost profile the largest batch's dynamic engine measured.
 
+``--requests-per-slot N`` submits N x B requests to every engine of batch size B (``max_num_seqs = B``): the
+engine refills a slot as soon as a request finishes, as a server does, instead of the batch draining to its
+slowest request (with requests that differ, a drained batch ends with only the slow class left, and no drafter
+can shorten that tail).
+
 ``--replicas`` (default 3) starts every row's engine that many times, all resident in the same interleaved
 rounds (replica 2 in reversed order: :func:`replica_order`): a row reports its fastest replica, and the spread
 between a row's replicas (``1 - slowest / fastest``) is the run's own measure of noise. Identical engines differ
@@ -411,8 +416,9 @@ def run_sweep(args: argparse.Namespace, setup: SweepSetup) -> int:
     dynamic = dict(base_plugin, dynamic={"mode": "sync", "profile": args.profile})
     rows: list[SweepRow] = []
     for b in batches:
-        prompts, classes = sweep_prompts(setup.workload, b, max_tokens=args.max_tokens, num_spec=k_max)
-        lengths = [max(1, args.max_tokens - 3 * (i % 3)) for i in range(b)]
+        n = b * getattr(args, "requests_per_slot", 1)  # more than B: the engine refills its B slots
+        prompts, classes = sweep_prompts(setup.workload, n, max_tokens=args.max_tokens, num_spec=k_max)
+        lengths = [max(1, args.max_tokens - 3 * (i % 3)) for i in range(n)]
 
         def spec(k: int | None, plugin: dict | None, b: int = b) -> EngineSpec:
             cfg = None if k is None else speculative_config(setup.method, k, setup.drafter, setup.target)
@@ -451,6 +457,7 @@ def run_sweep(args: argparse.Namespace, setup: SweepSetup) -> int:
     title = (
         f"ascend-spec e2e --sweep: {kind}{'hybrid' if setup.hybrid else 'dense'} target, {setup.method}, "
         f"K<={k_max}, {args.max_tokens} tokens/request"
+        + (f", {args.requests_per_slot} x B requests" if getattr(args, "requests_per_slot", 1) > 1 else "")
     )
     print(title + (f" (engines pinned to CPU {cpus[0]})" if cpus else ""))
     print(format_sweep(rows))
@@ -471,6 +478,7 @@ def run_sweep(args: argparse.Namespace, setup: SweepSetup) -> int:
                     "workload": setup.workload,
                     "method": setup.method,
                     "num_spec": k_max,
+                    "requests_per_slot": getattr(args, "requests_per_slot", 1),
                     "pinned_cpus": cpus,
                     "rows": [r.as_dict(plain.get(r.batch), plain_cpu.get(r.batch)) for r in rows],
                     "summary": [s.as_dict() for s in summaries],
