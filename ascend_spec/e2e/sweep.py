@@ -37,7 +37,9 @@ engines exactly as fast that happens at most ``1 / C(2n, n)`` of the time with n
 ``--threads`` (default 1) sets ``OMP_NUM_THREADS`` of every engine: vLLM 0.32's CPU worker keeps torch's
 thread count of a speculative engine after binding its threads, and two OpenMP threads on a busy 2-core machine
 made every kernel wait ~6 ms at a barrier (a 32-token DFlash run took 7.3 s with 2 threads, 0.15 s with 1), which
-swamps every comparison; 0 leaves the environment alone.
+swamps every comparison; 0 leaves the environment alone. It sets ``NUMBA_NUM_THREADS`` as well: an ngram engine
+(numba proposer) started with ``OMP_NUM_THREADS=1`` alone ran torch with 2 threads and numba with 2, and used
+2.5x the CPU time of the same engine with both at 1 (9.0 against 3.5 CPU-seconds for one timed run).
 
 ``--pin-cpu N`` (or ``auto``: the last CPU this process may use, when it may use two or more; default ``none``)
 pins every engine process to one logical CPU: the engines run one at a time, so none waits for another, and
@@ -431,8 +433,8 @@ def run_sweep(args: argparse.Namespace, setup: SweepSetup) -> int:
         configs.append(("dynamic", spec(k_max, dynamic)))
         # Timing runs: the ops' value checks (host reads; the test suite's ASCEND_SPEC_CHECKS=1) stay off.
         env = {"ASCEND_SPEC_CHECKS": "0"}
-        if args.threads:
-            env["OMP_NUM_THREADS"] = str(args.threads)
+        if args.threads:  # numba's pool too: ngram's proposer (docs/vllm.md, the mixed workload)
+            env["OMP_NUM_THREADS"] = env["NUMBA_NUM_THREADS"] = str(args.threads)
         order = replica_order(len(configs), replicas)
         started = run_interleaved(
             [configs[i][1] for i in order],

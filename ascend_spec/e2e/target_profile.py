@@ -54,7 +54,7 @@ def print_target_profile(args: argparse.Namespace, target: Path, drafter: Path |
     )
     env = {"ASCEND_SPEC_CHECKS": "0"}
     if args.threads:
-        env["OMP_NUM_THREADS"] = str(args.threads)
+        env["OMP_NUM_THREADS"] = env["NUMBA_NUM_THREADS"] = str(args.threads)
     work = Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_profile_"))
     run = run_isolated(spec, [[1, 2, 3, 4]], work_dir=work, max_tokens=4, env=env)
     costs = (run.dynamic or {}).get("target_costs")
