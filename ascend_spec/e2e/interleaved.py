@@ -163,6 +163,7 @@ def _serve(request_path: str, result_path: str) -> None:
         collect_counters,
         engine_error,
         engine_sampling,
+        request_drafts,
         shutdown_engine,
         start_engine,
         timed_generate,
@@ -198,6 +199,7 @@ def _serve(request_path: str, result_path: str) -> None:
             if after is None:
                 after = _metric_values(llm)
                 run.tokens = tokens
+                run.request_drafts = request_drafts(outs)
             elif tokens != run.tokens:
                 raise RuntimeError("greedy decoding gave different tokens on a repeated run")
             say(f"{seconds:.9f} {cpu_seconds:.9f}")
