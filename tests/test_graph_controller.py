@@ -237,6 +237,15 @@ def test_async_split_on_device_and_ideal_total_recorded(draft, verify, survival,
     pred = ctl.predict_total(b)
     if pred:
         assert ctl.verify_cost.buckets.pad(b + pred) == ctl.verify_cost.buckets.pad(b + ctl.planned_total(b))
+    # stage_totals: the same plan, the best total left to the caller (recorded nowhere until it hands it back)
+    staged = make(draft, verify, k, 2, mode="async")
+    staged.stage_totals = True
+    for t in history:
+        staged.record_total(t)
+    again = staged.plan(s)
+    assert torch.equal(again.num_drafts, plan.num_drafts) and again.total_budget == plan.total_budget
+    assert staged.recent_totals == list(history)[-staged.history :] and staged._pending == []
+    assert int(staged.staged_total) == sync.total_budget
 
 
 @settings(max_examples=40, deadline=None)
