@@ -83,3 +83,12 @@ def test_plugin_row_shows_its_wall_and_cpu_ratio_to_upstream() -> None:
     assert "2.00/0.50" in lines[3]  # wall 4/2, CPU 2/4
     assert "2.00/0.50" not in lines[4] and " - " in lines[4]  # no upstream mtp row: no ratio
     assert ours.tokens_per_cpu_second == 2.0 and rows[1].as_dict(None)["cpu_seconds"] == 2.0
+
+
+def test_mean_verify_length_on_v2_reads_the_device_split() -> None:
+    """V2's counters hold the scheduler's K placeholders per request (here 3); with dynamic verification the
+    verified drafts are the device split's histogram: two requests with none, two with 3 -> 1 + 6 / 4."""
+    counters = {"num_drafts": 4, "num_draft_tokens": 12, "dynamic": {"lengths": {"0": 2, "3": 2}}}
+    assert EngineRun(runner="v2", **counters).mean_verify_length == 2.5
+    assert EngineRun(runner="v1", **counters).mean_verify_length == 4.0
+    assert EngineRun(runner="v2", num_drafts=4, num_draft_tokens=12).mean_verify_length == 4.0

@@ -14,12 +14,14 @@ from ascend_spec.e2e.engine import EngineRun
 from ascend_spec.e2e.sweep import (
     SweepRow,
     chance_below_if_equal,
+    format_profile,
     format_summary,
     format_sweep,
     pinned_cpus,
     plot_sweep,
     replica_order,
     summarize_sweep,
+    sweep_prompts,
 )
 
 
@@ -59,7 +61,7 @@ def test_table_has_ratios_to_plain_at_the_same_batch_size_and_the_budget_histogr
     assert cells[0][:6] == ["1", "plain", "100.0", "1.00", "50.0", "1.00"]
     assert cells[1][:7] == ["1", "K=2", "200.0", "2.00", "100.0", "2.00", "3.00"]
     assert cells[2] == [
-        "1", "dynamic", "250.0", "2.50", "125.0", "2.50", "3.00", "1.00", "0.125", "1.00", "-", "0:3 2:7"
+        "1", "dynamic", "250.0", "2.50", "125.0", "2.50", "3.00", "1.00", "0.125", "1.00", "-", "-", "0:3 2:7"
     ]  # fmt: skip
     assert cells[3][:6] == ["4", "plain", "200.0", "1.00", "100.0", "1.00"]
     assert cells[4][:3] == ["4", "dynamic", "failed"] and "boom" in cells[4][-1]
@@ -95,7 +97,7 @@ def test_replicas_give_each_row_its_spread_and_each_comparison_its_noise_and_ver
     ]
     assert rows[2].spread == pytest.approx(0.04) and rows[7].spread is None
     cells = [[c.strip() for c in line.split("|")] for line in format_sweep(rows).splitlines()[2:]]
-    assert cells[2][-2] == "4.0%" and cells[7][-2] == "-"
+    assert cells[2][-3] == "4.0%" and cells[7][-3] == "-"
     one, four, eight = summarize_sweep(rows)
     assert (one.batch, one.best_k) == (1, "K=2")
     assert one.noise_vs_best_k == pytest.approx(0.04) and one.noise_vs_plain == pytest.approx(0.02)
@@ -192,3 +194,55 @@ def test_equal_engines_read_below_at_most_once_per_ordering_of_their_replicas(
     assert below / len(choices) <= chance_below_if_equal(n_dynamic, n_fixed)
     if n_dynamic == n_fixed == 1:  # no noise measured: the slower engine reads below, a coin
         assert below == 1 and chance_below_if_equal(1, 1) == 0.5
+
+
+def test_mixed_rows_give_verify_lengths_per_request_class_in_the_table_the_json_and_the_summary() -> None:
+    classes = ["repetitive", "other"]
+    tokens = [[1] * 17, [1] * 17]  # 16 tokens after the prefill's
+
+    def run(drafts: list[list[int]], seconds: float, dynamic: dict | None = None) -> EngineRun:
+        return EngineRun(
+            tokens=tokens, seconds=seconds, cpu_seconds=seconds, request_drafts=drafts, dynamic=dynamic
+        )
+
+    costs = {"1": 10.0, "8": 15.0}
+    rows = [
+        SweepRow(2, "plain", run([], 1.0), [32.0], classes),
+        # K = 3: the repetitive request verifies 3 drafts in 4 steps, all accepted; the other one 16 x 3, none
+        SweepRow(2, "K=3", run([[4, 12, 12], [16, 48, 0]], 0.8), [40.0], classes),
+        # dynamic: the same for the repetitive request, the other one verifies 1 draft in 2 of its 16 steps
+        SweepRow(2, "dynamic", run([[4, 12, 12], [2, 2, 0]], 0.5, {"target_costs": costs}), [64.0], classes),
+    ]
+    cells = [[c.strip() for c in line.split("|")] for line in format_sweep(rows).splitlines()[2:]]
+    assert [c[-2] for c in cells] == [
+        "-",
+        "repetitive 4.00, other 4.00",
+        "repetitive 4.00, other 1.12",
+    ]
+    d = rows[2].as_dict(32.0)
+    assert d["class_verify_length"] == {"repetitive": 4.0, "other": 1.125}
+    assert d["class_acceptance_length"] == {"repetitive": 4.0, "other": 1.0}
+    assert d["target_costs"] == costs and rows[0].as_dict(32.0)["class_verify_length"] is None
+    (summary,) = summarize_sweep(rows)
+    s = summary.as_dict()
+    assert {"batch", "dynamic_vs_best_fixed_k", "noise_vs_best_fixed_k", "meets"} <= s.keys()
+    assert s["batch"] == 2 and s["dynamic_vs_best_fixed_k"] == 1.6 and s["meets"] is True
+    assert s["dynamic_class_verify_length"] == {"repetitive": 4.0, "other": 1.125}
+    assert s["best_fixed_k_class_verify_length"] == {"repetitive": 4.0, "other": 4.0}
+    assert (
+        format_summary([summary])
+        .splitlines()[0]
+        .endswith(
+            "; verify length by class: dynamic repetitive 4.00, other 1.12, K=3 repetitive 4.00, other 4.00"
+        )
+    )
+    assert format_profile(rows) == "target cost profile at B=2 (tokens:ms per forward): 1:10.00 8:15.00"
+    assert format_profile(rows[:2]).endswith("not measured (no dynamic engine ran)")
+
+
+def test_sweep_prompts_of_the_default_workload_have_no_classes() -> None:
+    from ascend_spec.e2e.cli import builtin_prompts
+
+    assert sweep_prompts("default", 4, max_tokens=8, num_spec=3) == (builtin_prompts(4), [])
+    prompts, classes = sweep_prompts("mixed", 4, max_tokens=8, num_spec=3)
+    assert len(prompts) == 4 and classes == ["repetitive", "other", "repetitive", "other"]

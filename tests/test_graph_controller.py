@@ -237,6 +237,15 @@ def test_async_split_on_device_and_ideal_total_recorded(draft, verify, survival,
     pred = ctl.predict_total(b)
     if pred:
         assert ctl.verify_cost.buckets.pad(b + pred) == ctl.verify_cost.buckets.pad(b + ctl.planned_total(b))
+    # stage_totals: the same plan, the best total left to the caller (recorded nowhere until it hands it back)
+    staged = make(draft, verify, k, 2, mode="async")
+    staged.stage_totals = True
+    for t in history:
+        staged.record_total(t)
+    again = staged.plan(s)
+    assert torch.equal(again.num_drafts, plan.num_drafts) and again.total_budget == plan.total_budget
+    assert staged.recent_totals == list(history)[-staged.history :] and staged._pending == []
+    assert int(staged.staged_total) == sync.total_budget
 
 
 @settings(max_examples=40, deadline=None)
@@ -386,3 +395,22 @@ def test_step_corrections_change_the_costs_and_are_checked() -> None:
         ctl.set_step_corrections(4, -2.0, 0.0)
     with pytest.raises(ValueError, match=r"step corrections must be finite"):
         ctl.set_step_corrections(4, float("nan"), 0.0)
+
+
+def test_an_eager_targets_plan_stops_inside_a_bucket():
+    # The bucketed profile makes 4 + 1 tokens as dear as 4 + 4 (the 8-token graph); an eager target
+    # (per_token) pays 1.5 ms for each verified token, so a total that stops inside a bucket can win.
+    verify = CostProfile({4: 10.0, 8: 16.0, 16: 28.0})
+    survival = torch.tensor([[0.95, 0.05, 0.01]] * 4).cumprod(1)
+    draft = CostProfile({16: 1.0})
+    bucketed = BudgetController(draft, verify, max_drafts=3, draft_tokens_per_request=4)
+    eager = BudgetController(draft, verify.per_token(), max_drafts=3, draft_tokens_per_request=4)
+    assert bucketed.plan(survival).total_budget == 4  # the 8-token bucket's fill point
+    plan = eager.plan(survival)
+    assert plan.total_budget == 4 and plan.num_drafts.tolist() == [1, 1, 1, 1]
+    weak = torch.tensor([[0.95, 0.05, 0.01]] * 2 + [[0.3, 0.1, 0.01]] * 2).cumprod(1)
+    # bucketed, the 8-token graph with all four drafts (17 ms / 6.5 tokens) loses to plain decoding (2.5 ms a
+    # token); eager, the two strong drafts alone (14 ms / 5.9 tokens) beat it: 1.5 ms each buys 0.95 of a token
+    assert bucketed.plan(weak).total_budget == 0
+    plan = eager.plan(weak)
+    assert plan.total_budget == 2 and plan.num_drafts.tolist() == [1, 1, 0, 0]

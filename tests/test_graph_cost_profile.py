@@ -204,3 +204,29 @@ def test_shipped_talk_profile_is_labelled():
         prof = CostProfile.from_dict(d["profile"])
         assert set(prof.origins.values()) == {"assumed"}, name
         assert math.isfinite(prof.cost(10**6))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(1, 64), min_size=1, max_size=6, unique=True).map(sorted),
+    st.lists(st.floats(0.0, 10.0), min_size=6, max_size=6),
+)
+def test_per_token_is_the_linear_interpolation_of_the_measured_points(sizes, steps):
+    costs, acc = {}, 0.0
+    for s, d in zip(sizes, steps):
+        acc += d
+        costs[s] = acc
+    profile = CostProfile(costs, part="target", origins={sizes[0]: "measured"}, eager_per_token=0.5)
+    dense = profile.per_token()
+    assert dense.buckets.sizes == tuple(range(1, sizes[-1] + 1))
+    for n in range(1, sizes[-1] + 1):
+        above = min(s for s in sizes if s >= n)
+        below = [s for s in sizes if s < n]
+        if n == above or not below:
+            want = costs[above]
+        else:
+            lo = below[-1]
+            want = costs[lo] + (costs[above] - costs[lo]) * (n - lo) / (above - lo)
+        assert dense.cost(n) == pytest.approx(want, rel=1e-12, abs=1e-12)
+        assert dense.origins.get(n) == ("interpolated" if n not in costs else profile.origins.get(n))
+    assert dense.cost(sizes[-1] + 5) == pytest.approx(costs[sizes[-1]] + 5 * 0.5)  # the eager slope is kept

@@ -21,7 +21,8 @@ from ascend_spec.e2e.engine import EngineSpec, run_isolated
 from ascend_spec.e2e.report import Row, first_divergences, format_table
 from ascend_spec.e2e.tiny_models import VOCAB_SIZE, make_tiny_models
 
-METHODS = ("ngram", "dflash", "mtp")
+METHODS = ("ngram", "dflash", "mtp", "dspark")
+WORKLOADS = ("default", "mixed")
 
 
 def builtin_prompts(num: int, seed: int = 0) -> list[list[int]]:
@@ -38,7 +39,8 @@ def builtin_prompts(num: int, seed: int = 0) -> list[list[int]]:
     return prompts
 
 
-def speculative_config(method: str, k: int, dflash: Path | None, target: Path) -> dict:
+def speculative_config(method: str, k: int, drafter: Path | None, target: Path) -> dict:
+    """vLLM's speculative config of ``method`` at K = ``k`` (``drafter``: the DFlash or DSpark checkpoint)."""
     if method == "ngram":
         return {
             "method": "ngram",
@@ -46,10 +48,10 @@ def speculative_config(method: str, k: int, dflash: Path | None, target: Path) -
             "prompt_lookup_min": 1,
             "prompt_lookup_max": 3,
         }
-    if method == "dflash":
-        if dflash is None:
-            raise CommandError("--drafter is required for method dflash with --target")
-        return {"method": "dflash", "model": str(dflash), "num_speculative_tokens": k}
+    if method in ("dflash", "dspark"):
+        if drafter is None:
+            raise CommandError(f"--drafter is required for method {method} with --target")
+        return {"method": method, "model": str(drafter), "num_speculative_tokens": k}
     if method == "mtp":
         return {"method": "mtp", "num_speculative_tokens": k}
     raise ValueError(f"--method must be one of {', '.join(METHODS)}; got {method!r}")
@@ -63,8 +65,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--hybrid",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="target is a GDN hybrid (Qwen3.5/Qwen3-Next); built-in: Qwen3.5 hybrid or Qwen3",
+        default=None,
+        help="target is a GDN hybrid (Qwen3.5/Qwen3-Next); built-in: Qwen3.5 hybrid (default) or Qwen3",
     )
     p.add_argument(
         "--method",
@@ -72,7 +74,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         choices=METHODS,
         help="speculative methods to run (repeatable; default ngram and dflash, plus mtp on the "
-        "built-in hybrid)",
+        "built-in hybrid); with --sweep one method, default dflash",
+    )
+    p.add_argument(
+        "--workload",
+        default="default",
+        help="with --sweep: 'default' (the built-in prompts on the --hybrid/--low-entropy/--constant target) or "
+        "'mixed' (half the requests repetitive, half not, on a dense target with a fixed per-step cost: "
+        "ascend_spec/e2e/mixed.py)",
+    )
+    p.add_argument(
+        "--requests-per-slot",
+        type=int,
+        default=1,
+        help="with --sweep: submit N x B requests to each engine of batch size B (max_num_seqs = B), so finished "
+        "requests are replaced as in serving (continuous batching) instead of the batch draining (default 1)",
+    )
+    p.add_argument(
+        "--print-profile",
+        action="store_true",
+        help="measure the target's cost profile (ms per forward by tokens) the way dynamic verification does at "
+        "engine start, at max(--batch-sizes) x (--num-spec + 1) tokens, print it and exit",
     )
     p.add_argument(
         "--runner",
@@ -133,36 +155,84 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.num_spec < 1:
-        raise CommandError(f"--num-spec must be >= 1; got {args.num_spec}")
-    if args.prompts < 1 or args.max_tokens < 1:
-        raise CommandError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
-    if args.sweep and args.runner != "v1":
-        raise CommandError(
-            f"--sweep times dynamic verification, which runs on Model Runner V1 in this release; got --runner {args.runner}"
-        )
-    if args.sweep:
-        from ascend_spec.e2e.sweep import pinned_cpus
+def _check_workload(args: argparse.Namespace) -> None:
+    """Refuse what the workload cannot run, naming the flag and its value, before any model is written."""
+    if args.workload not in WORKLOADS:
+        raise CommandError(f"--workload must be one of {', '.join(WORKLOADS)}; got {args.workload!r}")
+    if args.workload == "mixed":
+        if not (args.sweep or args.print_profile):
+            raise CommandError("--workload mixed is a --sweep (or --print-profile) workload; add --sweep")
+        if args.target is not None:
+            raise CommandError(f"--workload mixed runs its own built-in target; drop --target {args.target}")
+        if args.hybrid:
+            raise CommandError("--workload mixed runs a dense target; drop --hybrid")
+        if getattr(args, "constant", False):
+            raise CommandError("--workload mixed runs its own target; drop --constant")
+        from ascend_spec.e2e.mixed import MAX_REQUEST_TOKENS
 
-        pinned_cpus(args.pin_cpu)  # a bad --pin-cpu fails before any model is written
-    if args.target is None:
-        root = args.models_dir or Path(tempfile.gettempdir()) / "ascend_spec_e2e_models"
+        if args.max_tokens + args.num_spec > MAX_REQUEST_TOKENS:
+            raise CommandError(
+                f"--workload mixed takes --max-tokens + --num-spec <= {MAX_REQUEST_TOKENS} (its long cycle's "
+                f"length); got --max-tokens {args.max_tokens} --num-spec {args.num_spec}"
+            )
+    if args.sweep and args.method is not None and len(args.method) != 1:
+        raise CommandError(f"--sweep runs one --method; got {', '.join(args.method)}")
+    # The built-in hybrid (and a --target passed as --hybrid) has an MTP head; the dense and mixed targets do not.
+    if args.sweep and args.method == ["mtp"] and (args.workload == "mixed" or args.hybrid is False):
+        raise CommandError(
+            "--method mtp needs a target with an MTP head (the built-in Qwen3.5 hybrid: --workload default "
+            f"--hybrid); got --workload {args.workload}{' --no-hybrid' if args.hybrid is False else ''}"
+        )
+
+
+def _models(args: argparse.Namespace) -> tuple[Path, dict[str, Path | None], bool]:
+    """(target, {method: drafter checkpoint}, whether the target has an MTP head)."""
+    if args.target is not None:
+        return args.target, {"dflash": args.drafter, "dspark": args.drafter}, bool(args.hybrid)
+    root = args.models_dir or Path(tempfile.gettempdir()) / "ascend_spec_e2e_models"
+    if args.workload == "mixed":
+        from ascend_spec.e2e.mixed import make_mixed_models
+
+        models = make_mixed_models(root)
+    else:
         constant = getattr(args, "constant", False)
         models = (
             make_tiny_models(  # the constant target is its own kind: --low-entropy (a default) does not apply
                 root, hybrid=args.hybrid, low_entropy=args.low_entropy and not constant, constant=constant
             )
         )
-        target, drafter, has_mtp = models.target, models.dflash, models.mtp
-    else:
-        target, drafter, has_mtp = args.target, args.drafter, args.hybrid
-    if args.sweep:
-        from ascend_spec.e2e.sweep import run_sweep
+    return models.target, {"dflash": models.dflash, "dspark": models.dspark}, models.mtp
 
-        if drafter is None:
-            raise CommandError("--sweep runs DFlash: --drafter is required with --target")
-        return run_sweep(args, target, drafter, args.hybrid)
+
+def run(args: argparse.Namespace) -> int:
+    if args.num_spec < 1:
+        raise CommandError(f"--num-spec must be >= 1; got {args.num_spec}")
+    if args.prompts < 1 or args.max_tokens < 1:
+        raise CommandError(f"--prompts and --max-tokens must be >= 1; got {args.prompts}, {args.max_tokens}")
+    _check_workload(args)
+    if args.requests_per_slot < 1:
+        raise CommandError(f"--requests-per-slot must be >= 1; got {args.requests_per_slot}")
+    if args.hybrid is None:
+        args.hybrid = args.workload == "default"
+    if args.sweep:
+        from ascend_spec.e2e.sweep import pinned_cpus
+
+        pinned_cpus(args.pin_cpu)  # a bad --pin-cpu fails before any model is written
+    target, drafters, has_mtp = _models(args)
+    if args.sweep and args.method == ["mtp"] and not has_mtp:
+        raise CommandError(f"--method mtp needs a target with an MTP head; {target} has none")
+    if args.print_profile:
+        from ascend_spec.e2e.target_profile import print_target_profile
+
+        return print_target_profile(args, target, drafters["dflash"], args.hybrid)
+    if args.sweep:
+        from ascend_spec.e2e.sweep import SweepSetup, run_sweep
+
+        method = args.method[0] if args.method else "dflash"
+        drafter = drafters.get(method)
+        if method in ("dflash", "dspark") and drafter is None:
+            raise CommandError(f"--sweep --method {method}: --drafter is required with --target")
+        return run_sweep(args, SweepSetup(target, args.hybrid, method, drafter, args.workload))
     methods = args.method or (["ngram", "dflash"] + (["mtp"] if has_mtp else []))
     prompts = builtin_prompts(args.prompts)
     # Requests of different lengths finish at different times.
@@ -179,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
     )
     rows = [Row("plain", "-", plain)]
     for method in methods:
-        cfg = speculative_config(method, args.num_spec, drafter, target)
+        cfg = speculative_config(method, args.num_spec, drafters.get(method), target)
         for mode, plugin in (("upstream", None), ("ascend-spec", {"backend": args.backend})):
             result = run_isolated(
                 spec(cfg, plugin), prompts, work_dir=work, max_tokens=lengths, repeats=args.repeats

@@ -63,12 +63,45 @@ class EngineSpec:
             logprobs_mode="raw_logits",  # "logprobs" returned are the raw logits: margins in logit units
             additional_config={"ascend_spec": self.plugin} if self.plugin is not None else {},
         )
+        if self.speculative is not None and _has_engine_arg("per_request_spec_decode_metrics"):
+            kwargs["per_request_spec_decode_metrics"] = "summary"  # per-request drafts and acceptance
         if self.hybrid:
             kwargs["mamba_ssm_cache_dtype"] = (
                 "float32"  # the plugin keeps fp32 GDN states; plain runs match it
             )
         kwargs.update(self.extra)
         return kwargs
+
+
+def _has_engine_arg(name: str) -> bool:
+    from vllm.engine.arg_utils import EngineArgs
+
+    return name in {f.name for f in dataclasses.fields(EngineArgs)}
+
+
+def request_drafts(outs: list) -> list[list[int]]:  # noqa: ANN001 - vLLM RequestOutputs
+    """[verify steps with drafts, draft tokens, accepted drafts] per request (empty without the metrics)."""
+    rows = []
+    for out in outs:
+        metrics = getattr(out.outputs[0], "spec_decode_metrics", None)
+        if metrics is None:
+            return []
+        m = metrics.to_dict()
+        rows.append([m["num_spec_steps"], m["num_draft_tokens"], m["num_accepted_draft_tokens"]])
+    return rows
+
+
+def register_target(target: Path) -> None:
+    """Register the built-in targets' own architectures (the mixed workload's step-cost target) with vLLM."""
+    config = Path(target) / "config.json"
+    if not config.exists():
+        return
+    from ascend_spec.e2e.mixed import STEP_COST_ARCH
+
+    if STEP_COST_ARCH in json.loads(config.read_text()).get("architectures", []):
+        from ascend_spec.e2e.step_cost_target import register
+
+        register()
 
 
 @dataclass
@@ -99,6 +132,9 @@ class EngineRun:
     cpus: list[int] = field(
         default_factory=list
     )  # the logical CPUs the engine process could run on (timed runs)
+    # Per prompt, of the first timed run: [verify steps with drafts, draft tokens, accepted drafts] (vLLM's
+    # per-request spec-decode metrics; empty for plain decoding or a vLLM without them)
+    request_drafts: list[list[int]] = field(default_factory=list)
     runner_class: str = ""  # the worker's model runner class (module.qualname): which runner decoded
     error: str | None = None
 
@@ -121,7 +157,13 @@ class EngineRun:
 
     @property
     def mean_verify_length(self) -> float | None:
-        """Tokens the target verified per request and step: 1 + drafts."""
+        """Tokens the target verified per request and step: 1 + drafts. On Model Runner V2 with dynamic
+        verification vLLM's counters hold the scheduler's K placeholders per request, so the device split's
+        histogram (per request and planned step) is read instead."""
+        lengths = (self.dynamic or {}).get("lengths") if self.runner == "v2" else None
+        if lengths:
+            counts = {int(n): c for n, c in lengths.items()}
+            return 1 + sum(n * c for n, c in counts.items()) / sum(counts.values())
         return 1 + self.num_draft_tokens / self.num_drafts if self.num_drafts else None
 
     @property
@@ -259,6 +301,7 @@ def start_engine(spec: EngineSpec, prompts: list[list[int]], *, warmup: bool = T
 
         enable_cpu_async_scheduling()
 
+    register_target(spec.target)
     llm = LLM(**spec.engine_kwargs())
     if warmup:
         llm.generate(
@@ -354,6 +397,7 @@ def run_engine(
             ]:
                 raise RuntimeError("greedy decoding gave different tokens on a repeated run")
         run.tokens = [list(out.outputs[0].token_ids) for out in outs]
+        run.request_drafts = request_drafts(outs)
         if logprobs:  # a second pass: vLLM's CPU logprobs path is slow and must not enter the timing
             with_logprobs = engine_sampling(lengths, temperature=temperature, seed=seed, logprobs=True)
             for out in llm.generate(token_prompts, with_logprobs, use_tqdm=False):

@@ -163,6 +163,7 @@ def _serve(request_path: str, result_path: str) -> None:
         collect_counters,
         engine_error,
         engine_sampling,
+        request_drafts,
         shutdown_engine,
         start_engine,
         timed_generate,
@@ -181,9 +182,11 @@ def _serve(request_path: str, result_path: str) -> None:
     run = EngineRun()
     llm = None
     try:
+        llm = start_engine(
+            EngineSpec(**spec), prompts
+        )  # first: it selects the runner before vLLM is imported
         from vllm.inputs import TokensPrompt
 
-        llm = start_engine(EngineSpec(**spec), prompts)
         token_prompts = [TokensPrompt(prompt_token_ids=p) for p in prompts]
         sampling = engine_sampling(data["max_tokens"])
         say("ready")
@@ -196,6 +199,7 @@ def _serve(request_path: str, result_path: str) -> None:
             if after is None:
                 after = _metric_values(llm)
                 run.tokens = tokens
+                run.request_drafts = request_drafts(outs)
             elif tokens != run.tokens:
                 raise RuntimeError("greedy decoding gave different tokens on a repeated run")
             say(f"{seconds:.9f} {cpu_seconds:.9f}")

@@ -4,11 +4,24 @@ Per batch size B (B concurrent requests, ``max_num_seqs = B``) every row is a fr
 all of them resident at once and timed in interleaved rounds (:mod:`ascend_spec.e2e.interleaved`: round r times
 one ``generate`` per engine in turn, each row keeps its best of ``--repeats`` rounds), so a busy stretch of a
 shared machine slows every row alike instead of whichever engine ran in it:
-plain decoding, DFlash with the plugin at each fixed K = 1..K_max, and DFlash with dynamic verification
-(K_max drafted, the controller choosing per request). Columns: tokens/s (best of ``--repeats``) and its ratio to
+plain decoding, the drafter (``--method``) with the plugin at each fixed K = 1..K_max, and with dynamic
+verification (K_max drafted, the controller choosing per request). Columns: tokens/s (best of ``--repeats``) and its ratio to
 plain decoding at that B, tokens per CPU-second of the engine process (best round) and its ratio, mean verify and acceptance lengths, the chosen totals per step (histogram
 ``T:steps``), the plugin's overhead per step (confidence + survival + controller + allocation, measured in the
 engine) and host copies per step. ``--plot`` writes tokens/s against B per mode (matplotlib).
+
+``--method`` (ngram, dflash, mtp, dspark; default dflash) picks the drafter of every speculative row; the
+dynamic row's plugin config is the same for every method (``{"dynamic": {"mode": "sync", "profile": ...}}``),
+so a method the engine cannot plan yet fails in that row with the engine's reason and the other rows still
+run. ``--workload mixed`` (:mod:`ascend_spec.e2e.mixed`) runs requests of two classes on a target with a fixed
+per-step cost; every row then also reports, per class, the mean verify length over every decode step of that
+class's requests (vLLM's per-request spec-decode metrics), and the summary gives the dynamic and the best
+fixed-K row's. Under the table: the target's cost profile the largest batch's dynamic engine measured.
+
+``--requests-per-slot N`` submits N x B requests to every engine of batch size B (``max_num_seqs = B``): the
+engine refills a slot as soon as a request finishes, as a server does, instead of the batch draining to its
+slowest request (with requests that differ, a drained batch ends with only the slow class left, and no drafter
+can shorten that tail).
 
 ``--replicas`` (default 3) starts every row's engine that many times, all resident in the same interleaved
 rounds (replica 2 in reversed order: :func:`replica_order`): a row reports its fastest replica, and the spread
@@ -24,7 +37,9 @@ engines exactly as fast that happens at most ``1 / C(2n, n)`` of the time with n
 ``--threads`` (default 1) sets ``OMP_NUM_THREADS`` of every engine: vLLM 0.32's CPU worker keeps torch's
 thread count of a speculative engine after binding its threads, and two OpenMP threads on a busy 2-core machine
 made every kernel wait ~6 ms at a barrier (a 32-token DFlash run took 7.3 s with 2 threads, 0.15 s with 1), which
-swamps every comparison; 0 leaves the environment alone.
+swamps every comparison; 0 leaves the environment alone. It sets ``NUMBA_NUM_THREADS`` as well: an ngram engine
+(numba proposer) started with ``OMP_NUM_THREADS=1`` alone ran torch with 2 threads and numba with 2, and used
+2.5x the CPU time of the same engine with both at 1 (9.0 against 3.5 CPU-seconds for one timed run).
 
 ``--pin-cpu N`` (or ``auto``: the last CPU this process may use, when it may use two or more; default ``none``)
 pins every engine process to one logical CPU: the engines run one at a time, so none waits for another, and
@@ -46,6 +61,7 @@ from pathlib import Path
 from ascend_spec.cli_args import CommandError
 from ascend_spec.e2e.engine import EngineRun, EngineSpec
 from ascend_spec.e2e.interleaved import run_interleaved
+from ascend_spec.e2e.mixed import class_lengths
 
 
 @dataclass
@@ -54,6 +70,12 @@ class SweepRow:
     mode: str  # "plain", "K=<k>", "dynamic"
     run: EngineRun  # the fastest replica (wall time)
     replica_tps: list[float] = field(default_factory=list)  # tokens/s of every replica that ran
+    classes: list[str] = field(default_factory=list)  # the request class of every prompt (mixed workload)
+
+    @property
+    def class_lengths(self) -> dict[str, dict[str, float]]:
+        """Mean verify length and tokens per decode step per request class (:func:`mixed.class_lengths`)."""
+        return class_lengths(self.run.tokens, self.run.request_drafts, self.classes)
 
     @property
     def spread(self) -> float | None:
@@ -65,6 +87,7 @@ class SweepRow:
     def as_dict(self, plain_tps: float | None, plain_cpu_tps: float | None = None) -> dict:
         r = self.run
         dyn = r.dynamic or {}
+        by_class = self.class_lengths
         return {
             "batch": self.batch,
             "mode": self.mode,
@@ -84,6 +107,10 @@ class SweepRow:
             "profile_startup_s": dyn.get("profile_startup_s"),
             "replicas_tokens_per_s": [round(t, 2) for t in self.replica_tps],
             "replica_spread": None if self.spread is None else round(self.spread, 4),
+            "class_verify_length": {c: round(v["verify"], 3) for c, v in by_class.items()} or None,
+            "class_acceptance_length": {c: round(v["accept"], 3) for c, v in by_class.items()} or None,
+            "target_costs": dyn.get("target_costs"),
+            "draft_costs": dyn.get("draft_costs"),
         }
 
 
@@ -99,6 +126,9 @@ class BatchSummary:
     noise_vs_plain: float | None  # the larger replica spread of the dynamic and the plain row
     noise_vs_best_k: float | None  # the larger replica spread of the dynamic and the best fixed-K row
     replicas: tuple[int, int, int] = (1, 1, 1)  # replicas that ran: dynamic, plain, best fixed K
+    # mean verify length per request class of the dynamic and the best fixed-K row (mixed workload)
+    dynamic_class_verify: dict[str, float] = field(default_factory=dict)
+    best_k_class_verify: dict[str, float] = field(default_factory=dict)
 
     @property
     def vs_plain(self) -> float:
@@ -141,6 +171,10 @@ class BatchSummary:
             "noise_vs_plain": None if self.noise_vs_plain is None else round(self.noise_vs_plain, 4),
             "noise_vs_best_fixed_k": None if self.noise_vs_best_k is None else round(self.noise_vs_best_k, 4),
             "meets": self.meets,
+            "dynamic_class_verify_length": {c: round(v, 3) for c, v in self.dynamic_class_verify.items()}
+            or None,
+            "best_fixed_k_class_verify_length": {c: round(v, 3) for c, v in self.best_k_class_verify.items()}
+            or None,
         }
 
 
@@ -165,6 +199,8 @@ def summarize_sweep(rows: list[SweepRow]) -> list[BatchSummary]:
                 _noise(dynamic[0], plain[0]),
                 _noise(dynamic[0], best),
                 (len(dynamic[0].replica_tps), len(plain[0].replica_tps), len(best.replica_tps)),
+                {c: v["verify"] for c, v in dynamic[0].class_lengths.items()},
+                {c: v["verify"] for c, v in best.class_lengths.items()},
             )
         )
     return out
@@ -190,14 +226,25 @@ def _pct(x: float | None) -> str:
     return "unmeasured (one replica)" if x is None else f"{x:.1%}"
 
 
+def _by_class(lengths: dict[str, float]) -> str:
+    return ", ".join(f"{c} {v:.2f}" for c, v in lengths.items()) or "-"
+
+
 def format_summary(summaries: list[BatchSummary]) -> str:
     lines = []
     for s in summaries:
+        by_class = ""
+        if s.dynamic_class_verify:
+            by_class = (
+                f"; verify length by class: dynamic {_by_class(s.dynamic_class_verify)}, "
+                f"{s.best_k} {_by_class(s.best_k_class_verify)}"
+            )
         lines.append(
             f"B={s.batch}: dynamic {s.dynamic_tps:.1f} tok/s = {s.vs_plain:.3f} x plain (noise "
             f"{_pct(s.noise_vs_plain)}), {s.vs_best_k:.3f} x best fixed {s.best_k} ({s.best_k_tps:.1f}; noise "
             f"{_pct(s.noise_vs_best_k)}): "
             + ("meets (>= best K and plain within noise)" if s.meets else "below")
+            + by_class
         )
     if summaries:
         worst = max(summaries, key=lambda s: s.chance_below_if_equal)
@@ -225,6 +272,7 @@ def format_sweep(rows: list[SweepRow]) -> str:
         "overhead ms/step",
         "host copies/step",
         "replica spread",
+        "verify len by class",
         "chosen T per step (T:steps)",
     ]
     lines = [header]
@@ -252,6 +300,7 @@ def format_sweep(rows: list[SweepRow]) -> str:
                 _fmt(dyn.get("overhead_ms_per_step"), 3),
                 _fmt(dyn.get("host_copies_per_step")),
                 "-" if row.spread is None else f"{row.spread:.1%}",
+                _by_class({c: v["verify"] for c, v in row.class_lengths.items()}),
                 hist,
             ]
         )
@@ -314,8 +363,44 @@ def pinned_cpus(value: str | int) -> list[int] | None:
     return [cpu]
 
 
-def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: bool) -> int:
+@dataclass(frozen=True)
+class SweepSetup:
+    """What one sweep runs: the target, the method and its drafter, the workload."""
+
+    target: Path
+    hybrid: bool
+    method: str = "dflash"  # ngram, dflash, mtp, dspark
+    drafter: Path | None = None  # the DFlash/DSpark checkpoint (None for ngram and mtp)
+    workload: str = "default"  # "default" (the built-in prompts) or "mixed" (ascend_spec.e2e.mixed)
+
+
+def sweep_prompts(
+    workload: str, num: int, *, max_tokens: int, num_spec: int
+) -> tuple[list[list[int]], list[str]]:
+    """The prompts of one batch size and their request classes (every prompt "all" on the default workload)."""
+    if workload == "mixed":
+        from ascend_spec.e2e.mixed import mixed_prompts
+
+        return mixed_prompts(num, max_tokens=max_tokens, num_spec=num_spec)
     from ascend_spec.e2e.cli import builtin_prompts
+
+    return builtin_prompts(num), []
+
+
+def format_profile(rows: list[SweepRow]) -> str:
+    """The target's cost profile (ms per forward by tokens) the largest batch's dynamic engine measured."""
+    measured = [r for r in rows if r.mode == "dynamic" and (r.run.dynamic or {}).get("target_costs")]
+    if not measured:
+        return "target cost profile: not measured (no dynamic engine ran)"
+    row = max(measured, key=lambda r: r.batch)
+    costs = row.run.dynamic["target_costs"]
+    return f"target cost profile at B={row.batch} (tokens:ms per forward): " + " ".join(
+        f"{n}:{ms:.2f}" for n, ms in costs.items()
+    )
+
+
+def run_sweep(args: argparse.Namespace, setup: SweepSetup) -> int:
+    from ascend_spec.e2e.cli import speculative_config
 
     batches = sorted({int(b) for b in str(args.batch_sizes).split(",")})
     if not batches or batches[0] < 1:
@@ -329,27 +414,32 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
     cpus = pinned_cpus(getattr(args, "pin_cpu", "none"))
     work = Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_sweep_"))
     base_plugin = {"backend": args.backend}
+    # The same dynamic config for every method: the engine decides what it can plan (docs/vllm.md).
     dynamic = dict(base_plugin, dynamic={"mode": "sync", "profile": args.profile})
     rows: list[SweepRow] = []
     for b in batches:
-        prompts = builtin_prompts(b)
-        lengths = [max(1, args.max_tokens - 3 * (i % 3)) for i in range(b)]
+        n = b * getattr(args, "requests_per_slot", 1)  # more than B: the engine refills its B slots
+        prompts, classes = sweep_prompts(setup.workload, n, max_tokens=args.max_tokens, num_spec=k_max)
+        lengths = [max(1, args.max_tokens - 3 * (i % 3)) for i in range(n)]
 
         def spec(k: int | None, plugin: dict | None, b: int = b) -> EngineSpec:
-            cfg = (
-                None
-                if k is None
-                else {"method": "dflash", "model": str(drafter), "num_speculative_tokens": k}
+            cfg = None if k is None else speculative_config(setup.method, k, setup.drafter, setup.target)
+            return EngineSpec(
+                target=setup.target,
+                speculative=cfg,
+                plugin=plugin,
+                hybrid=setup.hybrid,
+                max_num_seqs=b,
+                runner=getattr(args, "runner", "v1"),
             )
-            return EngineSpec(target=target, speculative=cfg, plugin=plugin, hybrid=hybrid, max_num_seqs=b)
 
         configs = [("plain", spec(None, None))]
         configs += [(f"K={k}", spec(k, base_plugin)) for k in range(1, k_max + 1)]
         configs.append(("dynamic", spec(k_max, dynamic)))
         # Timing runs: the ops' value checks (host reads; the test suite's ASCEND_SPEC_CHECKS=1) stay off.
         env = {"ASCEND_SPEC_CHECKS": "0"}
-        if args.threads:
-            env["OMP_NUM_THREADS"] = str(args.threads)
+        if args.threads:  # numba's pool too: ngram's proposer (docs/vllm.md, the mixed workload)
+            env["OMP_NUM_THREADS"] = env["NUMBA_NUM_THREADS"] = str(args.threads)
         order = replica_order(len(configs), replicas)
         started = run_interleaved(
             [configs[i][1] for i in order],
@@ -366,17 +456,21 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
         for (mode, _), group in zip(configs, by_config):
             ran = [r for r in group if not r.error]
             result = max(ran, key=lambda r: r.tokens_per_second) if ran else group[0]
-            rows.append(SweepRow(b, mode, result, [r.tokens_per_second for r in ran]))
+            rows.append(SweepRow(b, mode, result, [r.tokens_per_second for r in ran], classes))
             print(f"  B={b} {mode}: {'failed' if result.error else f'{result.tokens_per_second:.1f} tok/s'}")
     kind = "constant " if getattr(args, "constant", False) else "low-entropy " if args.low_entropy else ""
+    if setup.workload == "mixed":
+        kind = "mixed workload, step-cost "
     title = (
-        f"ascend-spec e2e --sweep: {kind}{'hybrid' if hybrid else 'dense'} target, DFlash, K<={k_max}, "
-        f"{args.max_tokens} tokens/request"
+        f"ascend-spec e2e --sweep: {kind}{'hybrid' if setup.hybrid else 'dense'} target, {setup.method}, "
+        f"K<={k_max}, runner {getattr(args, 'runner', 'v1')}, {args.max_tokens} tokens/request"
+        + (f", {args.requests_per_slot} x B requests" if getattr(args, "requests_per_slot", 1) > 1 else "")
     )
     print(title + (f" (engines pinned to CPU {cpus[0]})" if cpus else ""))
     print(format_sweep(rows))
     summaries = summarize_sweep(rows)
     print(format_summary(summaries))
+    print(format_profile(rows))
     if args.plot:
         plot_sweep(rows, args.plot, title)
         print(f"wrote {args.plot}")
@@ -388,6 +482,10 @@ def run_sweep(args: argparse.Namespace, target: Path, drafter: Path, hybrid: boo
         args.json.write_text(
             json.dumps(
                 {
+                    "workload": setup.workload,
+                    "method": setup.method,
+                    "num_spec": k_max,
+                    "requests_per_slot": getattr(args, "requests_per_slot", 1),
                     "pinned_cpus": cpus,
                     "rows": [r.as_dict(plain.get(r.batch), plain_cpu.get(r.batch)) for r in rows],
                     "summary": [s.as_dict() for s in summaries],

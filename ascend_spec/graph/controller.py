@@ -166,6 +166,10 @@ class BudgetController:
         self._totals: collections.deque[int] = collections.deque(maxlen=self.history)
         self._host_plan = HostPlan(self.max_drafts)  # plan_lengths' bounds, compiled where a compiler exists
         self._pending: list[tuple[torch.Tensor, object]] = []
+        # Async mode: when set, plan() leaves the step's best total (0-dim device tensor) in ``staged_total`` for
+        # the caller to copy to the host with its own copy and hand back through record_total (no copy of its own).
+        self.stage_totals = False
+        self.staged_total: torch.Tensor | None = None
         self._tables: dict[int, tuple[list[int], list[float], float, float]] = {}
         self._profile_tables: dict[int, tuple[list[int], list[float], float, float]] = {}
         self._host_tables: dict[int, tuple[np.ndarray, np.ndarray, float]] = {}
@@ -463,7 +467,10 @@ class BudgetController:
         b = s.shape[0]
         t = self.planned_total(b)  # fixed on the host before the drafter's values are read (never read here)
         sorted_vals, best_t = self._device_search(s)
-        self._push_pending(best_t)
+        if self.stage_totals:
+            self.staged_total = best_t
+        else:
+            self._push_pending(best_t)
         if t == 0:
             split = split_budget(s, 0, backend=self.backend)
             expected: torch.Tensor = torch.full((), float(b), dtype=sorted_vals.dtype, device=s.device)

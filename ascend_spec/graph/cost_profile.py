@@ -168,6 +168,43 @@ class CostProfile:
         """Cost (ms) of running ``num_tokens``: the cost of its bucket, or the eager extrapolation above them."""
         return self.lookup(num_tokens).cost
 
+    def per_token(self) -> CostProfile:
+        """The profile of an eager part: a point at every token count up to the largest bucket.
+
+        A graph pads its input to the bucket, so tokens inside a bucket are free and the controller only weighs
+        bucket fill points. An eager part runs exactly the tokens it gets: between two measured sizes its cost
+        grows, here linearly (points labelled "interpolated"); below the smallest size it is the smallest's cost.
+        Without this, an eager engine's controller fills buckets whose extra tokens it pays for.
+        """
+        sizes = self._buckets.sizes
+        costs: dict[int, float] = {}
+        origins: dict[int, str] = {}
+        lo = 0
+        for n in range(1, sizes[-1] + 1):
+            while sizes[lo] < n:
+                lo += 1
+            hi_size, hi_cost = sizes[lo], self._costs[sizes[lo]]
+            if n == hi_size:
+                costs[n] = hi_cost
+                if hi_size in self.origins:
+                    origins[n] = self.origins[hi_size]
+                continue
+            if lo == 0:
+                costs[n] = hi_cost
+            else:
+                prev = sizes[lo - 1]
+                prev_cost = self._costs[prev]
+                costs[n] = prev_cost + (hi_cost - prev_cost) * (n - prev) / (hi_size - prev)
+            origins[n] = "interpolated"
+        return CostProfile(
+            costs,
+            part=self.part,
+            unit=self.unit,
+            origins=origins,
+            source=self.source,
+            eager_per_token=self._eager_slope,
+        )
+
     def scaled(self, factor: float) -> CostProfile:
         """The same profile with every cost multiplied by ``factor`` (what-if studies, tests)."""
         f = _check_cost("factor", factor)

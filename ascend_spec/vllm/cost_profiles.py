@@ -55,6 +55,13 @@ class EngineProfiles:
         }
 
 
+def controller_target_profile(profiles: EngineProfiles, graphs) -> CostProfile:  # noqa: ANN001
+    """The target profile the controller plans with: as measured where the target runs graphs (a total is
+    padded to its bucket), every token count where it runs eagerly (``CostProfile.per_token``: each verified
+    token costs its share, so a total that fills a bucket is no longer free)."""
+    return profiles.target if graphs.graphs else profiles.target.per_token()
+
+
 def profile_key(vllm_config, device: torch.device, graphs, settings: DynamicConfig) -> dict[str, Any]:  # noqa: ANN001
     """Everything the measured costs depend on: models, device, dtype, engine settings, buckets, versions."""
     import vllm
@@ -195,11 +202,28 @@ def measure_engine_profiles(
     settings: DynamicConfig,
     device: torch.device,
     key: dict[str, Any] | None = None,
+    *,
+    interleave_draft: bool = True,
 ) -> EngineProfiles:
-    """Time both parts at their buckets within ``settings.max_startup_s`` (module docstring)."""
+    """Time both parts at their buckets within ``settings.max_startup_s`` (module docstring).
+
+    ``interleave_draft=False`` times the drafter bucket after bucket (at least one warm-up call each): for a
+    ``run_draft`` whose first call of a size prepares what the next calls of that size reuse (Model Runner V2's
+    drafter needs a dummy step's inputs)."""
     deadline = _Deadline(settings.max_startup_s)
     target = _interleaved(deadline.wrap(run_target), target_buckets, settings, device, "target")
-    draft = _interleaved(deadline.wrap(run_draft), draft_buckets, settings, device, "draft")
+    if interleave_draft:
+        draft = _interleaved(deadline.wrap(run_draft), draft_buckets, settings, device, "draft")
+    else:
+        draft = CostProfile.measure(
+            deadline.wrap(run_draft),
+            draft_buckets,
+            warmup=max(1, settings.warmup),
+            repeats=settings.repeats,
+            device=device,
+            part="draft",
+            statistic=settings.statistic,
+        )
     return EngineProfiles(target, draft, key, "measured", deadline.elapsed())
 
 

@@ -180,8 +180,8 @@ class SurvivalStager:
         self.copies += 1
         device = survival.device
         slot = self._ring[i]
-        if slot is None or slot.shape != survival.shape:
-            slot = torch.empty(survival.shape, dtype=torch.float32, pin_memory=device.type != "cpu")
+        if slot is None or slot.shape != survival.shape or slot.dtype != survival.dtype:
+            slot = torch.empty(survival.shape, dtype=survival.dtype, pin_memory=device.type != "cpu")
             self._ring[i] = slot
         if device.type == "cpu":
             slot.copy_(survival)
@@ -215,6 +215,7 @@ class DynamicStats:
     plain_engine_steps: int = 0  # of them, run as an engine without a drafter runs them (dynamic_plain_step)
     score_kinds: collections.Counter = field(default_factory=collections.Counter)  # steps per score kind
     fused_draft_tokens: int = 0  # drafter runs whose greedy tokens came from the pass that scored them
+    stale_plans: int = 0  # Model Runner V2: totals planned from an older drafter run than the drafts verified
     last_lengths: list[int] = field(default_factory=list)
     calibration: SurvivalCalibration | None = None  # its factors per draft position are reported
 
@@ -237,6 +238,7 @@ class DynamicStats:
             "plain_engine_steps": self.plain_engine_steps,
             "score_kinds": dict(sorted(self.score_kinds.items())),
             "fused_draft_tokens": self.fused_draft_tokens,
+            "stale_plans": self.stale_plans,
             "calibration": (
                 None if self.calibration is None else [round(float(f), 4) for f in self.calibration.factors]
             ),
@@ -310,7 +312,7 @@ class DynamicVerifier:
             self._next_predictions = (list(req_ids), host)
         self._record(lengths, total, time.perf_counter() - start, self.reader.copies - copies_before)
         self.stats.score_kinds[scores.label] += 1  # head: head_confidence; logits: max_softmax_confidence
-        self._back_off(total)
+        self.back_off(total)
         return lengths
 
     def begin_step(self, verified: dict[str, list[int]]) -> None:
@@ -385,10 +387,11 @@ class DynamicVerifier:
         self._record(lengths, total, time.perf_counter() - start, 0)
         self.stats.staged_copies += 1
         self.stats.score_kinds[staged.kind] += 1
-        self._back_off(total)
+        self.back_off(total)
         return lengths
 
-    def _back_off(self, total: int) -> None:
+    def back_off(self, total: int) -> None:
+        """After a plan of ``total`` drafts: a plain plan (0) skips the drafter for a doubling stretch of steps."""
         if total == 0:  # back off while probes keep finding plain decoding best: 1x, 2x, ..., 32x
             self._plain_probes += 1
             interval = self.probe_interval * 2 ** min(self._plain_probes - 1, MAX_BACKOFF_DOUBLINGS)

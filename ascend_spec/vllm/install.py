@@ -23,7 +23,14 @@ from collections.abc import Callable
 
 from ascend_spec.vllm.config import parse_config
 from ascend_spec.vllm.log import plugin_logger
-from ascend_spec.vllm.releases import installed_vllm_version, refusal, supported_line, v1_release, v2_release
+from ascend_spec.vllm.releases import (
+    installed_vllm_version,
+    refusal,
+    runs_model_runner_v2,
+    supported_line,
+    v1_release,
+    v2_release,
+)
 
 _installed = False
 _install_error: str | None = None  # why the runner hooks could not be installed in this process
@@ -94,17 +101,28 @@ def check_enabled_config(vllm_config) -> None:  # noqa: ANN001
 def check_runner(vllm_config) -> None:  # noqa: ANN001
     """After vLLM's own checks (which pick the runner): the engine's runner must be one the plugin hooks here."""
     version = installed_vllm_version()
-    if getattr(vllm_config, "use_v2_model_runner", False):
-        if _v2_installed:
+    if runs_model_runner_v2(vllm_config, version):
+        why = None
+        if not _v2_installed:
+            why = (
+                f"its hooks failed to install ({_v2_error})"
+                if _v2_error is not None
+                else f"ascend-spec does not hook it on vLLM {version}"
+            )
+        else:
+            from ascend_spec.vllm.v2 import unhooked_v2_runner
+
+            why = unhooked_v2_runner()
+        if why is None:
             return
-        why = (
-            f"its hooks failed to install ({_v2_error})"
-            if _v2_error is not None
-            else f"ascend-spec does not hook it on vLLM {version}"
+        fix = (
+            "Remove the key"
+            if v1_release(version) is None
+            else "Set VLLM_USE_V2_MODEL_RUNNER=0 or remove the key"
         )
         raise RuntimeError(
             f"additional_config['ascend_spec'] is set but this engine runs Model Runner V2 and {why}; "
-            f"supported: {supported_line()}. Set VLLM_USE_V2_MODEL_RUNNER=0 or remove the key"
+            f"supported: {supported_line()}. {fix}"
         )
     if v1_release(version) is None:
         raise RuntimeError(

@@ -18,6 +18,9 @@ NPU_V1_RUNNER = "vllm-ascend NPUModelRunner (V1)"
 
 _V1 = tuple(f"vLLM {v}" for v in V1_RELEASES)
 _V2 = tuple(f"vLLM {v}" for v in V2_RELEASES)
+_V2_BLOCK_SLOTS = tuple(
+    f"vLLM {v}" for v, r in V2_RELEASES.items() if r.v2_shims.dflash_inputs_from_block_slots
+)
 _VLLM_ASCEND = ("vllm-ascend 0.30.0rc2 with vLLM 0.30.0",)
 
 
@@ -288,8 +291,9 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
         name="v2_runner_init",
         target="vllm.v1.worker.gpu.model_runner.GPUModelRunner.__init__",
-        what="reads additional_config['ascend_spec'], refuses what V2's hooks do not serve (dynamic "
-        "verification), registers the plugin's GDN layer before the model is built, hooks that runner",
+        what="reads additional_config['ascend_spec'], refuses what V2's hooks do not serve (gdn_verify with "
+        "async scheduling; dynamic verification with V2's own adaptive verification or without a block "
+        "drafter), registers the plugin's GDN layer before the model is built, hooks that runner",
         why="V2's runner does not inherit from V1's (runner_init never runs there) and has no per-engine hook; "
         "the CPU worker's V2 runner (vllm/v1/worker/cpu/model_runner.py) calls it through super()",
         how="function wrapper installed once by register() on a release listed in V2_RELEASES; without the key "
@@ -339,7 +343,52 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "restored after (DSparkSpeculator subclasses DFlashSpeculator and uses the same global)",
         remove_when="V2 takes block inputs from prepare_block_slots",
         runner=V2_RUNNER,
-        releases=("vLLM 0.32.0",),
+        releases=_V2_BLOCK_SLOTS,
+    ),
+    PatchPoint(
+        name="v2_dynamic_manager",
+        target="GPUModelRunner.adaptive_verification (V2, per runner instance; set by a wrapper of its "
+        "execute_model at the first real step)",
+        what="the plugin's DeviceBudgetManager answers V2's adaptive-verification calls (get_num_tokens, "
+        "compact_batch, reallocate_drafts, record_confidences, add_request): the total T on the host from the "
+        "newest survivals already staged to the host (never a wait), planned by BudgetController on the cost "
+        "profiles measured with V2's dummy runs; the per-request split on the device by allocate_verify_budget "
+        "on the current drafts' survivals; T = 0 (no-draft option) possible",
+        why="V2's AdaptiveVerificationManager needs full CUDA graphs, builds its cost tables only in "
+        "capture_model, is created only with enable_adaptive_verification, refuses GDN targets and never plans "
+        "plain decoding",
+        how="instance attribute set after V2's initialize_kv_cache and capture_model ran without it (so V2's "
+        "graph modes stay its own); the cost profiles are measured (or read) first, before the step's inputs "
+        "(ascend_spec/vllm/v2/budget_manager.py, dynamic_hooks.py)",
+        remove_when="V2's manager takes current-step confidences, a device split without graphs, measured "
+        "costs and a plain-decoding option",
+        runner=V2_RUNNER,
+        releases=_V2,
+    ),
+    PatchPoint(
+        name="v2_dynamic_confidence",
+        target="DFlashSpeculator._maybe_predict_acceptance / DSpark's model.compute_confidence and "
+        "DSparkSpeculator.use_confidence_head (V2, per speculator instance)",
+        what="the drafter writes its run's confidences into draft_token_confidence_probs: DFlash "
+        "max_softmax_confidence of its [B*K, V] draft logits, DSpark head_confidence of its confidence head "
+        "(a checkpoint without one is refused)",
+        why="V2 computes confidences only with enable_adaptive_verification (which brings V2's own manager): "
+        "DSpark's head then, DFlash never (an online estimator instead)",
+        how="instance attributes set after load_model (ascend_spec/vllm/v2/dynamic_hooks.py)",
+        remove_when="with v2_dynamic_manager",
+        runner=V2_RUNNER,
+        releases=_V2,
+    ),
+    PatchPoint(
+        name="v2_dynamic_skip_drafter",
+        target="DFlashSpeculator.propose / DSparkSpeculator.propose (V2, per speculator instance)",
+        what="after a plan of plain decoding the drafter's real runs are skipped for the back-off stretch "
+        "(zero drafts, which the next plan never verifies); dummy runs always draft",
+        why="the no-draft option: a step planned as plain decoding should cost V(B), not D + V(B)",
+        how="instance attribute wrapping the bound method (outermost, around v2_dflash_inputs' wrapper)",
+        remove_when="with v2_dynamic_manager",
+        runner=V2_RUNNER,
+        releases=_V2,
     ),
     PatchPoint(
         name="v2_startup_log",
@@ -463,8 +512,9 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
         name="npu_gdn_layer",
         target="vllm_ascend.ops.gdn.AscendGatedDeltaNetAttention._forward_core",
-        what="GDN speculative rows verified with verify_causal_conv1d + verify_gated_delta_rule (ascendc) on "
-        "one state slot, between the KV-pool hooks vllm-ascend's _forward_core calls (wait_for_kv_layer_from_"
+        what="GDN speculative rows verified with verify_causal_conv1d + verify_gated_delta_rule on one state "
+        "slot of vllm-ascend's value-major state (transposed view; backend 'reference' on an NPU until the "
+        "AscendC kernel takes that layout), between the KV-pool hooks vllm-ascend's _forward_core calls (wait_for_kv_layer_from_"
         "connector and record_attention_compute_start before, maybe_save_kv_layer_to_connector after); rows "
         "without drafts run vllm-ascend's _forward_core",
         why="vllm-ascend keeps 1+K state slots per request and skips GDN sequences longer than 16",

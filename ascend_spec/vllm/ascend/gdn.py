@@ -23,6 +23,7 @@ vllm-ascend's own call for the other rows, which runs last; its second wait find
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import torch
@@ -37,12 +38,29 @@ class AscendSpecNPUGDNAttention(AscendSpecGDNAttention):
     def __init__(self, config, vllm_config, prefix: str = "", *args, **kwargs) -> None:  # noqa: ANN001
         super().__init__(config, vllm_config, prefix, *args, **kwargs)
         if self.ascend_spec is not None and self.ascend_spec.backend == "auto":
-            self.ascend_spec = dataclasses.replace(self.ascend_spec, backend="ascendc")
+            # The AscendC and Triton verify kernels take key-major [HV, Dk, Dv] slots on an NPU; vllm-ascend keeps
+            # the state value-major (_ssm_pool), which on an NPU only the reference backend reads. Elsewhere (the
+            # emulated NPU's CPU tensors) "auto" picks the native CPU kernels, which take either layout.
+            from vllm.platforms import current_platform
+
+            backend = "reference" if current_platform.device_type == "npu" else "auto"
+            self.ascend_spec = dataclasses.replace(self.ascend_spec, backend=backend)
 
     def _platform_supported(self) -> bool:
         from vllm.platforms import current_platform
 
-        return current_platform.device_type == "npu" or super()._platform_supported()
+        # vllm-ascend's platform by name: its device_type is "npu" on an NPU (and "cpu" on the emulated NPU of
+        # tests/vllm_ascend_emu, which keeps NPUPlatform's name).
+        return current_platform.device_name == "npu" or super()._platform_supported()
+
+    def _ssm_pool(self) -> torch.Tensor:
+        """``[S, HV, Dk, Dv]`` fp32 view of vllm-ascend's value-major ``[S, HV, Dv, Dk]`` state (the transpose, not a
+        reinterpretation): its kernels read the slots as ``[HV, V, K]`` (``recurrent_gated_delta_rule``; the
+        prefill transposes them for the key-major FLA kernel: ops/gdn.py:683, device/device_op.py:883)."""
+        ssm = self.kv_cache[1]
+        if ssm.dtype != torch.float32:
+            return super()._ssm_pool()  # its error: the plugin keeps fp32 states
+        return ssm.transpose(-1, -2)
 
     def _forward_core(
         self, mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, core_attn_out: torch.Tensor
@@ -88,13 +106,15 @@ class AscendSpecNPUGDNAttention(AscendSpecGDNAttention):
     def _non_spec_rows(self, context, m, mixed_qkv, b, a, core_attn_out) -> None:  # noqa: ANN001
         """vllm-ascend's core on the rows without drafts, through metadata that holds only them."""
         ns = m.non_spec_token_indx
-        narrowed = dataclasses.replace(
-            m,
-            spec_sequence_masks=None,
-            num_spec_decodes=0,
-            num_spec_decode_tokens=0,
-            num_actual_tokens=int(ns.numel()),
-        )
+        # A shallow copy, not dataclasses.replace: vllm-ascend's builder attaches its kernels' metadata
+        # (non_spec_prefill_metadata, non_spec_decode_metadata, spec_decode_metadata) as attributes outside the
+        # dataclass fields (ops/gdn_attn_builder.py), and _forward_core reads them.
+        narrowed = copy.copy(m)
+        narrowed.spec_sequence_masks = None
+        narrowed.num_spec_decodes = 0
+        narrowed.num_spec_decode_tokens = 0
+        narrowed.num_actual_tokens = int(ns.numel())
+        narrowed.spec_decode_metadata = None
         out = torch.zeros(
             (ns.numel(), *core_attn_out.shape[1:]), dtype=core_attn_out.dtype, device=core_attn_out.device
         )

@@ -14,7 +14,8 @@ device lengths one ``int()`` per request. :class:`AscendSpecDynamicSpec` keeps t
   addresses;
 * :meth:`AscendSpecDynamicSpec.finish`, called by the adapter's proposer after the draft pass (outside any
   graph), hands the real requests' rows to a :class:`VerifyPlanner` (the seam below), which turns the ``[B, K]``
-  confidences into ``[B]`` draft counts, and makes one pinned, non-blocking device-to-host copy of all B lengths;
+  confidences into ``[B]`` draft counts, and makes one pinned, non-blocking device-to-host copy of all B lengths
+  (with the async controller's best total for its history as element B: the step's only copy);
   ``num_verify_tokens`` is that host tensor (the runner's per-request ``int()`` then reads host memory).
 
 The seam: :class:`VerifyPlanner` is the one call the adapter makes, ``plan(confidence [B, K]) -> [B] int32``.
@@ -43,6 +44,9 @@ class VerifyPlanner(Protocol):
         """``confidence [B, K]`` fp32 in [0, 1] -> ``[B]`` int32 drafts to verify, on the same device."""
         ...
 
+    # Optional: ``staged_total() -> 0-dim device tensor | None`` and ``record_total(int)``: a value the planner
+    # wants on the host, carried by the scheduler's one copy per step and handed back once it has landed.
+
 
 class ControllerVerifyPlanner:
     """survival_probs -> BudgetController.plan (the step's total T) -> allocate_verify_budget (the split)."""
@@ -51,6 +55,17 @@ class ControllerVerifyPlanner:
         self.controller = controller
         self.backend = backend
         self.last_plan: BudgetPlan | None = None
+        # The async controller's best total rides in the scheduler's one lengths copy (staged_total, then
+        # record_total) instead of a second 1-element copy of its own.
+        controller.stage_totals = True
+
+    def staged_total(self) -> torch.Tensor | None:
+        """This step's best total for the controller's history (async mode; a 0-dim device tensor), taken once."""
+        total, self.controller.staged_total = self.controller.staged_total, None
+        return total
+
+    def record_total(self, total: int) -> None:
+        self.controller.record_total(total)
 
     def plan(self, confidence: torch.Tensor) -> torch.Tensor:
         survival = survival_probs(confidence)
@@ -126,9 +141,11 @@ class AscendSpecDynamicSpec:
         self._confidence = torch.zeros(
             max_batch_size, num_speculative_tokens, dtype=torch.float32, device=self.device
         )
-        self._host = torch.zeros(max_batch_size, dtype=torch.int32, pin_memory=self.device.type != "cpu")
+        # B lengths, then one element for the planner's staged total (async controller): one copy carries both.
+        self._host = torch.zeros(max_batch_size + 1, dtype=torch.int32, pin_memory=self.device.type != "cpu")
         self._event: Any = None
         self._num_reqs: int | None = None
+        self._total_at: int | None = None  # where the last copy put a staged total not yet recorded
         self.host_copies = 0  # device-to-host copies made (one per finished step)
         self.step_drafts = num_speculative_tokens  # this step's K (vllm-ascend may schedule fewer than K)
 
@@ -179,10 +196,17 @@ class AscendSpecDynamicSpec:
         """This step's [B] int32 lengths in host memory (None before the first update)."""
         if self._num_reqs is None:
             return None
+        self._wait_copy()
+        return self._host[: self._num_reqs]
+
+    def _wait_copy(self) -> None:
+        """The last copy has landed: hand its staged total (host memory now) to the planner."""
         if self._event is not None:
             self._event.synchronize()
             self._event = None
-        return self._host[: self._num_reqs]
+        if self._total_at is not None:
+            self.planner.record_total(int(self._host[self._total_at]))
+            self._total_at = None
 
     # -- confidences -----------------------------------------------------------------------------------------
     def dflash_confidence(self, logits: torch.Tensor | None) -> torch.Tensor:
@@ -225,9 +249,16 @@ class AscendSpecDynamicSpec:
         b = lengths.shape[0]
         if b > self.max_batch_size:
             raise ValueError(f"lengths hold {b} requests; the scheduler was built for {self.max_batch_size}")
-        self._host[:b].copy_(lengths, non_blocking=lengths.device.type != "cpu")
+        self._wait_copy()  # a previous step's total not read yet (the runner skipped num_verify_tokens)
+        staged = getattr(self.planner, "staged_total", None)
+        total = staged() if staged is not None else None
+        if total is not None:  # [lengths | total] on the device, then one copy
+            lengths = torch.cat((lengths.to(torch.int32), total.to(torch.int32).view(1)))
+        n = lengths.shape[0]
+        self._host[:n].copy_(lengths, non_blocking=lengths.device.type != "cpu")
         self.host_copies += 1
         self._num_reqs = b
+        self._total_at = b if total is not None else None
         self._event = None
         if lengths.device.type in ("npu", "cuda"):
             mod = torch.cuda if lengths.device.type == "cuda" else torch.npu  # type: ignore[attr-defined]

@@ -21,7 +21,12 @@ import torch
 from ascend_spec.graph import BudgetController
 from ascend_spec.vllm.acceptance_estimate import AcceptanceEstimator
 from ascend_spec.vllm.config import _where
-from ascend_spec.vllm.cost_profiles import engine_profiles, measure_engine_profiles, profile_key
+from ascend_spec.vllm.cost_profiles import (
+    controller_target_profile,
+    engine_profiles,
+    measure_engine_profiles,
+    profile_key,
+)
 from ascend_spec.vllm.dynamic import DynamicVerifier, take_checked_scores, trim_draft_token_ids
 from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, SCORED_METHODS, engine_graphs
 from ascend_spec.vllm.log import plugin_logger
@@ -240,7 +245,7 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
     profiles = engine_profiles(settings.dynamic, key, measure)
     controller = BudgetController(
         profiles.draft,
-        profiles.target,
+        controller_target_profile(profiles, graphs),
         max_drafts=k,
         draft_tokens_per_request=q,
         mode="sync",
@@ -312,6 +317,9 @@ def dynamic_stats(worker) -> dict | None:  # noqa: ANN001 - collective_rpc targe
     verifier = getattr(worker.model_runner, "ascend_spec_dynamic", None)
     if verifier is None:
         return None
+    manager = getattr(verifier, "v2_manager", None)
+    if manager is not None:  # Model Runner V2: fold the split's counts that landed since the last step
+        manager.flush_stats()
     out = verifier.stats.as_dict()
     out["profile_source"] = verifier.profiles.source
     out["profile_startup_s"] = verifier.profiles.startup_s

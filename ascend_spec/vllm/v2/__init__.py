@@ -19,12 +19,16 @@ from ascend_spec.vllm.releases import VllmRelease, missing_targets
 _RUNNER_MODULE = "vllm.v1.worker.gpu.model_runner"
 _HYBRID_STATE_MODULE = "vllm.v1.worker.gpu.model_states.mamba_hybrid"
 
-# Class attributes the hooks wrap or read; a release without one is not hooked at all.
+# Class attributes the hooks wrap or read; a release without one is not hooked at all. Their bodies, and the
+# rest the hooks rely on, are compared across releases by scripts/compare_vllm_releases.py --runner v2.
 V2_TARGETS = (
     (_RUNNER_MODULE, "GPUModelRunner", "__init__"),
     (_RUNNER_MODULE, "GPUModelRunner", "load_model"),
     (_RUNNER_MODULE, "GPUModelRunner", "finish_requests"),
     (_RUNNER_MODULE, "GPUModelRunner", "_remove_request"),
+    (_RUNNER_MODULE, "GPUModelRunner", "add_requests"),  # a streaming re-add calls _remove_request
+    (_HYBRID_STATE_MODULE, "MambaHybridModelState", "add_request"),  # resets num_accepted_tokens_gpu to 1
+    (_HYBRID_STATE_MODULE, "MambaHybridModelState", "prepare_attn"),  # the GDN metadata's speculative rows
     (_HYBRID_STATE_MODULE, "MambaHybridModelState", "postprocess_state"),  # keeps num_accepted_tokens_gpu
 )
 
@@ -32,6 +36,21 @@ V2_TARGETS = (
 def missing_v2_targets() -> list[str]:
     """The V2 targets the installed vLLM lacks (dotted names)."""
     return missing_targets(V2_TARGETS)
+
+
+def unhooked_v2_runner(platform=None) -> str | None:  # noqa: ANN001
+    """Why this process's V2 runner would not run the wrapped ``GPUModelRunner.__init__``, or None.
+
+    vLLM 0.34's CPU worker builds ``StandaloneCPUModelRunner`` (``vllm/v1/worker/cpu/standalone_model_runner.py``,
+    not a ``GPUModelRunner`` subclass) where ``uses_standalone_cpu_model_runner()`` says so (no Triton on a
+    non-x86 CPU, ``platforms/cpu.py:652-656``): an enabled engine there would run without the plugin.
+    """
+    if platform is None:
+        from vllm.platforms import current_platform as platform
+    standalone = getattr(platform, "uses_standalone_cpu_model_runner", None)
+    if standalone is not None and standalone():
+        return "its CPU worker builds the standalone V2 runner (StandaloneCPUModelRunner), which has no hooks"
+    return None
 
 
 def install_v2(release: VllmRelease) -> None:

@@ -62,6 +62,10 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         _install_runner_hooks(self)
         if settings.block_slots and release.v2_shims.dflash_inputs_from_block_slots:
             _use_block_slots(self, settings)
+        if settings.dynamic.enabled:
+            from ascend_spec.vllm.v2.dynamic_hooks import install_v2_dynamic
+
+            install_v2_dynamic(self)
 
     __init__._ascend_spec_v2 = True
     return __init__
@@ -70,10 +74,9 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
 def check_v2_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
     """What the V2 hooks of this release serve, refused in one line with the setting to change."""
     if settings.dynamic.enabled:
-        raise ValueError(
-            "additional_config['ascend_spec']['dynamic'] runs on Model Runner V1 in this release; on Model Runner "
-            "V2 remove the 'dynamic' key (or set VLLM_USE_V2_MODEL_RUNNER=0)"
-        )
+        from ascend_spec.vllm.v2.dynamic_hooks import check_v2_dynamic_engine
+
+        check_v2_dynamic_engine(vllm_config, settings)
     if (
         settings.gdn_verify
         and vllm_config.model_config.is_hybrid

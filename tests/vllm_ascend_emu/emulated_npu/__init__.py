@@ -2,9 +2,10 @@
 
 :func:`install` makes ``import torch_npu`` and ``torch.npu`` resolve to stand-ins (:mod:`.stubs`, after vllm-ascend's
 own CPU unit-test setup), binds the compute ops vllm-ascend's runner calls to CPU implementations (:mod:`.ops`,
-each checked against a PyTorch reference in tests/vllm_ascend_emu/test_npu_ops.py) and adapts vllm-ascend's platform to
-a CPU device (:mod:`.glue`). With it, ``vllm_ascend.platform.NPUPlatform``, ``NPUWorker``, ``NPUModelRunner``,
-its attention backend, custom ops and proposers run unchanged.
+each checked against a PyTorch reference in tests/vllm_ascend_emu/test_npu_ops.py; the Qwen3.5 hybrid's Gated
+DeltaNet ops in :mod:`.gdn_ops`, checked in test_npu_gdn_ops.py) and adapts vllm-ascend's platform to a CPU device
+(:mod:`.glue`). With it, ``vllm_ascend.platform.NPUPlatform``, ``NPUWorker``, ``NPUModelRunner``, its attention
+backend, its GDN layer, custom ops and proposers run unchanged.
 
 It is loaded in every Python process of ``.venv-vllm-ascend`` whose environment has ``ASCEND_SPEC_EMULATED_NPU=1``
 (scripts/setup_vllm_ascend_env.sh writes a ``.pth`` file that calls :func:`install`): vLLM inspects models in a

@@ -8,7 +8,7 @@ import types
 
 import torch
 
-from . import ops
+from . import gdn_ops, ops
 
 _LIB: torch.library.Library | None = None
 
@@ -24,6 +24,8 @@ def _define_c_ascend_ops() -> None:
         " -> (Tensor, Tensor, Tensor)"
     )
     _LIB.impl("npu_add_rms_norm_bias", ops.npu_add_rms_norm_bias, "CompositeExplicitAutograd")
+    _LIB.define("npu_gemma_rms_norm(Tensor x, Tensor gamma, float epsilon) -> (Tensor, Tensor)")
+    _LIB.impl("npu_gemma_rms_norm", gdn_ops.npu_gemma_rms_norm, "CompositeExplicitAutograd")
 
 
 def mirror_privateuse1_kernels() -> None:
@@ -58,6 +60,14 @@ def bind_ops(torch_npu: types.ModuleType) -> None:
     torch_npu.npu_fused_infer_attention_score = ops.npu_fused_infer_attention_score
     torch_npu._npu_matmul_add_fp32 = ops.npu_matmul_add_fp32
     _define_c_ascend_ops()
+    fla = sys.modules["fla_npu.ops.ascendc"]  # the GDN kernels ops/gdn.py imports by name
+    for name in (
+        "causal_conv1d_fn",
+        "causal_conv1d_update",
+        "recurrent_gated_delta_rule",
+        "chunk_gated_delta_rule_fwd",
+    ):
+        setattr(fla, name, getattr(gdn_ops, name))
     ext = types.ModuleType("vllm_ascend.vllm_ascend_C")
     sys.modules["vllm_ascend.vllm_ascend_C"] = ext
 
@@ -82,9 +92,23 @@ def adapt_vllm_ascend() -> None:
     # The vector-core count sizes Triton grids (910B1: 24 cube, 48 vector cores); the CPU launchers ignore grids.
     triton_utils._NUM_AICORE, triton_utils._NUM_VECTORCORE = 24, 48
     block_table._compute_slot_mapping_kernel = ops.KernelLauncher(ops.compute_slot_mapping)
+    _gdn_launchers()
     launcher = ops.KernelLauncher(ops.copy_and_expand_dflash_inputs)
     dflash_proposer.copy_and_expand_dflash_and_dspark_inputs_kernel = launcher
     dspark_proposer.copy_and_expand_dflash_and_dspark_inputs_kernel = launcher
+
+
+def _gdn_launchers() -> None:
+    """The Python launchers of the Triton kernels the Qwen3.5 GDN layers call, rebound where they are looked up."""
+    import vllm_ascend.device.device_op as device_op
+    import vllm_ascend.ops.gdn as gdn
+    import vllm_ascend.ops.layernorm as layernorm
+
+    gdn.l2norm_fwd = device_op.l2norm_fwd = gdn_ops.l2norm_fwd
+    device_op.fused_gdn_gating_patch = gdn_ops.fused_gdn_gating
+    layernorm.layer_norm_fwd_npu = gdn_ops.layer_norm_fwd_npu
+    gdn.gather_ssm_states = gdn_ops.gather_ssm_states
+    gdn.scatter_ssm_states_ = gdn_ops.scatter_ssm_states_
 
 
 def _gloo_for_hccl() -> None:

@@ -240,8 +240,10 @@ def compute_slot_mapping(
 ) -> None:
     """vllm-ascend's ``_compute_slot_mapping_kernel`` (ops/triton/compute_slot_mapping.py:12, launched by
     worker/block_table.py:184): slot = block_table[req, pos // block_size] * block_size + pos % block_size for
-    each scheduled token, PAD_ID for the tail up to ``max_num_tokens``."""
-    if TOTAL_CP_WORLD_SIZE != 1 or IS_CIRCULAR or BLOCKS_PER_KV_BLOCK != 1:
+    each scheduled token, PAD_ID for the tail up to ``max_num_tokens``. ``block_size`` is the attention kernel's
+    (logical) block size and the table holds logical block ids; ``BLOCKS_PER_KV_BLOCK`` (> 1 for the hybrid, whose
+    physical blocks are split for the kernel) only enters the context-parallel branch (kernel :62)."""
+    if TOTAL_CP_WORLD_SIZE != 1 or IS_CIRCULAR:
         raise NotImplementedError(
             f"compute_slot_mapping: TOTAL_CP_WORLD_SIZE={TOTAL_CP_WORLD_SIZE}, IS_CIRCULAR={IS_CIRCULAR}, "
             f"BLOCKS_PER_KV_BLOCK={BLOCKS_PER_KV_BLOCK} are not emulated"

@@ -1,0 +1,262 @@
+"""Dynamic verification wired into one Model Runner V2 runner: the engine check, the drafter's confidences, the
+no-draft option, the profiles at the first step and the manager (:mod:`ascend_spec.vllm.v2.budget_manager`).
+
+Patch points (register: :mod:`ascend_spec.vllm.patch_register`): ``v2_dynamic_manager`` (the runner's
+``adaptive_verification`` attribute, set at the first real ``execute_model`` after the profiles are measured),
+``v2_dynamic_confidence`` (DFlash: the speculator's ``_maybe_predict_acceptance``; DSpark: its model's
+``compute_confidence`` and ``use_confidence_head``), ``v2_dynamic_skip_drafter`` (the speculator's ``propose``).
+
+Why the manager is replaced rather than fed: V2's manager (``spec_decode/adaptive_verification.py``) needs full
+CUDA graphs (``resolve_adaptive_cudagraph_mode`` asserts them), builds its cost tables only inside
+``capture_model`` from graph replays, is created only for a speculator with ``enable_adaptive_verification``
+(DSpark's confidence head or an online estimator), refuses GDN targets (their metadata builders opt out of
+host/device query-length mismatches) and has no plain-decoding option; its split is a ``torch.compile``d top-k.
+What it does right (the total on the host from staged survivals, the split on the device) is kept: the
+replacement answers the runner's same five calls, so V2's batch preparation, rejection sampler and bookkeeping
+run unchanged.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from ascend_spec.graph import BudgetController
+from ascend_spec.vllm.config import AscendSpecConfig, _where
+from ascend_spec.vllm.cost_profiles import (
+    controller_target_profile,
+    engine_profiles,
+    measure_engine_profiles,
+    profile_key,
+)
+from ascend_spec.vllm.dynamic import DynamicVerifier
+from ascend_spec.vllm.graphs import SCORED_METHODS, engine_graphs
+from ascend_spec.vllm.log import plugin_logger
+from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
+from ascend_spec.vllm.v2.budget_manager import DeviceBudgetManager
+
+logger = plugin_logger()
+
+
+def check_v2_dynamic_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
+    """V1's checks (a drafter it plans; the mode against the engine's scheduling), a drafter with its own scores
+    (DFlash, DSpark: V2 has no acceptance-estimate wiring yet), and V2's own manager off."""
+    async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
+    check_dynamic_engine(vllm_config, settings.dynamic.for_engine(async_scheduling).mode)
+    spec = vllm_config.speculative_config
+    if spec.method not in SCORED_METHODS:
+        raise ValueError(
+            f"{_where('dynamic')} on Model Runner V2 needs a drafter with per-draft confidences "
+            f"({', '.join(SCORED_METHODS)}); got speculative method {spec.method!r} (the per-request acceptance "
+            "estimate that plans the other drafters is wired for Model Runner V1 only)"
+        )
+    if getattr(spec, "enable_adaptive_verification", False):
+        raise ValueError(
+            f"{_where('dynamic')} replaces Model Runner V2's adaptive verification; remove "
+            "'enable_adaptive_verification' from the speculative config (or the 'dynamic' key)"
+        )
+    if spec.method == "dflash" and getattr(spec, "use_local_argmax_reduction", False):
+        raise ValueError(
+            f"{_where('dynamic')} scores DFlash drafts by the max-softmax of their logits, which "
+            "use_local_argmax_reduction never materialises; turn it off in the speculative config"
+        )
+
+
+def install_v2_dynamic(runner) -> None:  # noqa: ANN001
+    """Hook an enabled V2 runner (after its __init__): the drafter's scores, the skip, the manager at step one."""
+    runner.ascend_spec_dynamic = None
+    speculator = runner.speculator
+    if speculator is None:  # a pipeline stage without the drafter
+        return
+    _skip_drafter_when_planned(runner, speculator)
+    load_model = runner.load_model
+    execute_model = runner.execute_model
+
+    def _load_model(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+        result = load_model(*args, **kwargs)
+        _score_drafts(self.speculator, self.ascend_spec.backend, self.vllm_config)
+        return result
+
+    def _execute_model(self, scheduler_output, *args: Any, **kwargs: Any):  # noqa: ANN001, ANN202
+        # before the first real step's inputs exist (dummy runs pass through), as V1's dynamic_profiles
+        if self.ascend_spec_dynamic is None and not kwargs.get("dummy_run", False):
+            build_manager(self)
+        return execute_model(scheduler_output, *args, **kwargs)
+
+    runner.load_model = types.MethodType(_load_model, runner)
+    runner.execute_model = types.MethodType(_execute_model, runner)
+
+
+def score_kind(speculator) -> str:  # noqa: ANN001
+    from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
+
+    return "head" if isinstance(speculator, DSparkSpeculator) else "logits"
+
+
+def _score_drafts(speculator, backend: str, vllm_config) -> None:  # noqa: ANN001
+    """The drafter writes this run's confidences into its ``draft_token_confidence_probs`` ([B, K], batch
+    order), which V2's runner hands to the manager's ``record_confidences``."""
+    from ascend_spec.ops import head_confidence, max_softmax_confidence
+
+    if score_kind(speculator) == "head":
+        model = speculator.model
+        head = model.model.confidence_head
+        if head is None:
+            raise ValueError(
+                f"{_where('dynamic')} scores DSpark drafts with the checkpoint's confidence head; "
+                f"{vllm_config.speculative_config.model} has none (enable_confidence_head in its config)"
+            )
+        model.compute_confidence = lambda hidden, markov: head_confidence(head(hidden, markov))
+        speculator.use_confidence_head = True  # V2's Markov sampler then calls compute_confidence
+        return
+    k = speculator.num_speculative_steps
+
+    def predict(self, logits: torch.Tensor, idx_mapping: torch.Tensor, draft_step: torch.Tensor) -> None:  # noqa: ANN001
+        # DFlash's one sample_draft call per run: logits [B*K, V], request-major
+        b = logits.shape[0] // k
+        max_softmax_confidence(logits, backend=backend, out=self.draft_token_confidence_probs[:b].view(-1))
+
+    speculator._maybe_predict_acceptance = types.MethodType(predict, speculator)
+
+
+def _skip_drafter_when_planned(runner, speculator) -> None:  # noqa: ANN001
+    """The no-draft option: after a plain plan the drafter's real runs are skipped for the back-off stretch; the
+    runner gets zero drafts, which the next plan never verifies (dummy runs always draft)."""
+    propose = speculator.propose
+    zeros = torch.zeros(
+        runner.max_num_reqs, speculator.num_speculative_steps, dtype=torch.int64, device=runner.device
+    )
+
+    def _propose(self, input_batch, *args: Any, **kwargs: Any):  # noqa: ANN001, ANN202
+        manager = runner.adaptive_verification
+        if kwargs.get("dummy_run", False) or not isinstance(manager, DeviceBudgetManager):
+            return propose(input_batch, *args, **kwargs)
+        manager.drafter_ran = not manager.verifier.skip_drafter()
+        if not manager.drafter_ran:
+            return zeros[: input_batch.num_reqs]
+        return propose(input_batch, *args, **kwargs)
+
+    speculator.propose = types.MethodType(_propose, speculator)
+
+
+def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
+    """Profiles (measured with V2's dummy runs, or read), the controller, the manager in V2's attribute."""
+    from vllm.v1.worker.gpu.spec_decode.rejection_sampler import get_max_chunk_logits
+
+    settings = runner.ascend_spec
+    vllm_config = runner.vllm_config
+    if (
+        getattr(runner, "batch_sharder", None) is not None
+    ):  # vLLM >= 0.33.0: a sharded sampler reads the admitted counts on the host
+        raise ValueError(
+            f"{_where('dynamic')} on Model Runner V2 splits the drafts on the device only; this engine shards "
+            "its sampling batch (batch_sharder), which reads the admitted counts on the host: remove the 'dynamic' key"
+        )
+    device = torch.device(runner.device)
+    graphs = engine_graphs(vllm_config, device)
+    key = profile_key(vllm_config, device, graphs, settings.dynamic)
+    key["model_runner"] = "v2"
+    q, k = graphs.draft_tokens_per_request, graphs.num_spec_tokens
+    draft_runs = _DraftRuns(runner, q)
+
+    def measure():  # noqa: ANN202
+        return measure_engine_profiles(
+            lambda n: _run_target(runner, n),
+            draft_runs,
+            graphs.target.buckets,
+            graphs.draft.buckets,
+            settings.dynamic,
+            device,
+            key,
+            interleave_draft=False,
+        )
+
+    profiles = engine_profiles(settings.dynamic, key, measure)
+    controller = BudgetController(
+        profiles.draft,
+        controller_target_profile(profiles, graphs),
+        max_drafts=k,
+        draft_tokens_per_request=q,
+        mode="sync",
+        backend=settings.backend,
+    )
+    verifier = DynamicVerifier(
+        controller, graphs, backend=settings.backend, probe_interval=settings.dynamic.probe_interval
+    )
+    verifier.profiles = profiles
+    manager = DeviceBudgetManager(
+        verifier,
+        max_num_reqs=runner.max_num_reqs,
+        num_speculative_steps=k,
+        query_start_loc=runner.input_buffers.query_start_loc,
+        num_bonus_tokens=runner.model_state.num_new_sampled_tokens_per_step,
+        max_total_logits=get_max_chunk_logits(runner.vocab_size),
+        score_kind=score_kind(runner.speculator),
+        backend=settings.backend,
+        admitted_counts_item=runner.ascend_spec_release.v2_shims.reallocate_returns_admitted_counts,
+    )
+    runner.adaptive_verification = manager
+    runner.ascend_spec_dynamic = verifier
+    verifier.v2_manager = manager
+    logger.info(
+        "ascend-spec: dynamic verification on Model Runner V2 (total on the host from staged survivals, split on "
+        "the device), K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up); calibration and measured step "
+        "costs are V1's only",
+        k,
+        q,
+        profiles.source,
+        profiles.startup_s,
+    )
+    return manager
+
+
+@torch.inference_mode()
+def _run_target(runner, num_tokens: int) -> None:  # noqa: ANN001
+    """V2's dummy step over ``num_tokens`` plus their logits, without the drafter."""
+    speculator = runner.speculator
+    saved = speculator.__dict__.get("propose")
+    speculator.propose = lambda *args, **kwargs: None
+    try:
+        hidden, _ = runner._dummy_run(num_tokens)
+        runner.model.compute_logits(hidden[:num_tokens])
+    finally:
+        if saved is None:
+            del speculator.propose
+        else:
+            speculator.propose = saved
+
+
+class _DraftRuns:
+    """The drafter alone at ``n = B * Q`` query tokens: the first call of a size runs V2's dummy step for B
+    requests and keeps the drafter's arguments, the following calls (the timed ones) repeat only the drafter.
+    Sizes are measured one after the other (``interleave_draft=False``): another size's dummy step rewrites the
+    buffers the kept arguments point at."""
+
+    def __init__(self, runner, q: int) -> None:  # noqa: ANN001
+        self.runner = runner
+        self.q = q
+        self.size: int | None = None
+        self.call: tuple[tuple, dict] | None = None
+
+    @torch.inference_mode()
+    def __call__(self, n: int) -> None:
+        speculator = self.runner.speculator
+        if self.size != n:
+            propose = speculator.propose
+            kept: dict[str, Any] = {}
+
+            def keep(*args: Any, **kwargs: Any):  # noqa: ANN202
+                kept["call"] = (args, kwargs)
+                return propose(*args, **kwargs)
+
+            speculator.propose = keep
+            try:
+                self.runner._dummy_run(max(1, n // self.q))
+            finally:
+                speculator.propose = propose
+            self.size, self.call = n, kept["call"]
+            return
+        args, kwargs = self.call
+        speculator.propose(*args, **kwargs)

@@ -1,0 +1,203 @@
+"""The plugin's replacement of Model Runner V2's adaptive-verification manager, driven without an engine in V2's
+call order (``record_confidences`` after the drafter; ``get_num_tokens``, ``compact_batch``,
+``reallocate_drafts`` in the next step's input preparation).
+
+Oracle: Model Runner V1's sync-mode planner (``BudgetController.plan_lengths``) on the same survivals and costs:
+the device split must give each request the length V1 would have handed its scheduler. Plus: no device value is
+read on the host inside a step (a torch function mode fails on every host read of a tensor), the no-draft
+option's skipped drafter, and the choice of the newest survivals that have landed.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.overrides import TorchFunctionMode
+
+from ascend_spec.graph import BudgetController, CostProfile
+from ascend_spec.ops import survival_probs
+from ascend_spec.vllm.dynamic import DynamicVerifier, StagedSurvivals
+from ascend_spec.vllm.v2.budget_manager import DeviceBudgetManager
+
+K = 3
+MAX_REQS = 8
+TARGET = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.6, 16: 3.0, 32: 5.0}
+DRAFT = {3: 0.3, 6: 0.3, 12: 0.4, 24: 0.6}
+
+
+def _controller(target: dict = TARGET, draft: dict = DRAFT) -> BudgetController:
+    return BudgetController(
+        CostProfile(draft), CostProfile(target), max_drafts=K, draft_tokens_per_request=K, backend="reference"
+    )
+
+
+def _manager(probe_interval: int = 1, backend: str = "reference", **costs) -> DeviceBudgetManager:  # noqa: ANN003
+    verifier = DynamicVerifier(_controller(**costs), None, backend=backend, probe_interval=probe_interval)
+    return DeviceBudgetManager(
+        verifier,
+        max_num_reqs=MAX_REQS,
+        num_speculative_steps=K,
+        query_start_loc=torch.zeros(MAX_REQS + 1, dtype=torch.int32),
+        num_bonus_tokens=1,
+        max_total_logits=10_000,
+        score_kind="logits",
+        backend=backend,
+    )
+
+
+def _batch(req_ids: list[str], slots: list[int]) -> SimpleNamespace:
+    return SimpleNamespace(
+        num_reqs=len(req_ids), req_ids=req_ids, idx_mapping=torch.tensor(slots, dtype=torch.int64)
+    )
+
+
+def _step(manager, req_ids, slots, scheduled, non_draft):  # noqa: ANN001, ANN202
+    """V2's input preparation for one step; returns (tokens, per-request drafts, query_start_loc, cu_num_logits)."""
+    tokens_per_req = {r: n + d for r, n, d in zip(req_ids, non_draft, scheduled)}
+    drafts = {r: [-1] * d for r, d in zip(req_ids, scheduled) if d}
+    tokens = manager.get_num_tokens(tokens_per_req, drafts)
+    host_lens, _ = manager.compact_batch(
+        np.array(scheduled, np.int32), np.array(non_draft, np.int32) + scheduled, np.zeros(len(req_ids) + 1)
+    )
+    assert int(host_lens.sum()) == tokens  # the host view holds the step's token count
+    cu_logits, qsl, total = manager.reallocate_drafts(req_ids, torch.tensor(slots, dtype=torch.int64))
+    b = len(req_ids)
+    counts = (qsl[1 : b + 1] - qsl[:b]).numpy() - np.array(non_draft)
+    assert int(qsl[b]) == tokens and int(qsl[-1]) == tokens and total == tokens - sum(non_draft)
+    assert cu_logits.tolist() == [0, *np.cumsum(counts + 1).tolist()]
+    return tokens, counts.tolist(), qsl
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(
+        lambda b: st.tuples(
+            st.lists(
+                st.lists(st.floats(0.0625, 1.0, width=32), min_size=K, max_size=K), min_size=b, max_size=b
+            ),
+            st.permutations(range(MAX_REQS)),
+        )
+    )
+)
+def test_device_split_gives_v1_planners_lengths(case) -> None:  # noqa: ANN001
+    conf_rows, perm = case
+    b = len(conf_rows)
+    req_ids = [f"r{i}" for i in range(b)]
+    slots = list(perm[:b])
+    conf = torch.tensor(conf_rows, dtype=torch.float32)
+    manager = _manager()
+    for s in slots:
+        manager.add_request(s)
+    manager.record_confidences(conf, _batch(req_ids, slots))
+    tokens, counts, _ = _step(manager, req_ids, slots, [K] * b, [1] * b)
+    total, lengths = _controller().plan_lengths(survival_probs(conf).numpy())
+    assert counts == lengths and tokens == b + total
+    assert manager.verifier.stats.host_copies == 0 and manager.verifier.stats.staged_copies == 1
+
+
+def test_capped_requests_and_prefill_rows_keep_their_tokens() -> None:
+    """A request scheduled fewer than K drafts (near max_model_len) is capped there; a prefill chunk (no drafts)
+    keeps its tokens; the sure drafts win the budget as V1 would rank them."""
+    manager = _manager()
+    req_ids, slots = ["a", "b", "c", "p"], [5, 1, 7, 2]
+    conf = torch.tensor([[0.99, 0.99, 0.99], [0.9, 0.5, 0.5], [0.99, 0.99, 0.99], [0.5, 0.5, 0.5]])
+    manager.record_confidences(conf, _batch(req_ids, slots))
+    tokens, counts, _ = _step(manager, req_ids, slots, [K, K, 1, 0], [1, 1, 1, 6])
+    host = survival_probs(conf[:3]).numpy().copy()
+    host[2, 1:] = 0.0  # request c: one scheduled draft
+    total, lengths = _controller().plan_lengths(host)
+    assert 0 < total < 2 * K + 1  # a budget below the scheduled drafts
+    assert counts == [*lengths, 0] and tokens == 9 + total
+    assert counts[2] <= 1
+
+
+class _NoHostRead(TorchFunctionMode):
+    """Fails on every tensor method that hands a value to the host (on a device each one is a sync)."""
+
+    READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        name = getattr(func, "__name__", "")
+        if name in self.READS:
+            raise AssertionError(f"host read in the step: Tensor.{name}")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("backend", ["reference", "auto"])
+def test_no_host_read_inside_the_step(monkeypatch, backend: str) -> None:
+    """The device part of a step (the split, the offsets, the survivals and their staging) reads no tensor value
+    on the host; value checks off, as in an engine step."""
+    monkeypatch.setenv("ASCEND_SPEC_CHECKS", "0")
+    manager = _manager(backend=backend)
+    req_ids, slots = ["a", "b", "c"], [0, 3, 4]
+    conf = torch.tensor([[0.9, 0.8, 0.7], [0.6, 0.3, 0.2], [0.99, 0.9, 0.1]])
+    with _NoHostRead():
+        manager.record_confidences(conf, _batch(req_ids, slots))
+    tokens_per_req = dict.fromkeys(req_ids, 1 + K)
+    manager.get_num_tokens(tokens_per_req, {r: [-1] * K for r in req_ids})  # host: landed copies only
+    with _NoHostRead():
+        manager.compact_batch(np.full(3, K, np.int32), np.full(3, 1 + K, np.int32), np.zeros(4))
+        _, qsl, total = manager.reallocate_drafts(req_ids, torch.tensor(slots))
+    assert 0 < total < 3 * K  # a ragged split really ran on the device
+    assert manager.verifier.stats.host_copies == 0
+
+
+def test_plain_plan_skips_the_drafter_and_its_drafts_are_never_verified() -> None:
+    """With drafting dearer than it saves, T = 0: the step runs plain, the drafter is skipped for the back-off
+    stretch (its zero drafts verify nothing and are not planned), then it runs again and is planned."""
+    manager = _manager(probe_interval=3, draft={3: 50.0, 6: 50.0, 12: 50.0, 24: 50.0})
+    verifier, req_ids, slots = manager.verifier, ["a", "b"], [0, 1]
+    manager.record_confidences(torch.full((2, K), 0.9), _batch(req_ids, slots))
+    assert _step(manager, req_ids, slots, [K, K], [1, 1])[:2] == (2, [0, 0])
+    assert verifier.stats.steps == 1 and verifier.stats.plain_steps == 1
+    for _ in range(2):  # probe_interval - 1 skipped drafter runs
+        manager.drafter_ran = not verifier.skip_drafter()
+        assert not manager.drafter_ran
+        manager.record_confidences(torch.full((2, K), 0.9), _batch(req_ids, slots))
+        assert _step(manager, req_ids, slots, [K, K], [1, 1])[:2] == (2, [0, 0])
+    assert verifier.stats.steps == 1 and verifier.stats.skipped_steps == 2
+    manager.drafter_ran = not verifier.skip_drafter()  # the probe
+    assert manager.drafter_ran
+    manager.record_confidences(torch.full((2, K), 0.9), _batch(req_ids, slots))
+    _step(manager, req_ids, slots, [K, K], [1, 1])
+    assert verifier.stats.steps == 2
+
+
+class _Pending:
+    """A device event whose copy has not completed yet (``query()`` False)."""
+
+    def query(self) -> bool:
+        return False
+
+    def synchronize(self) -> None:
+        raise AssertionError("the plan waited for a copy")
+
+
+def test_total_from_the_newest_landed_survivals_never_waits() -> None:
+    """Survivals whose copy is still in flight are passed over for the newest landed ones (counted as stale)."""
+    manager = _manager()
+    req_ids, slots = ["a", "b"], [0, 1]
+    sure = torch.full((2, K), 0.99)
+    manager.record_confidences(sure, _batch(req_ids, slots))  # landed: a full block is worth it
+    in_flight = np.full((2, K), 0.01, np.float32)
+    manager._staged.append(StagedSurvivals(req_ids, torch.from_numpy(in_flight), _Pending(), "logits"))
+    tokens, counts, _ = _step(manager, req_ids, slots, [K, K], [1, 1])
+    total, lengths = _controller().plan_lengths(survival_probs(sure).numpy())
+    assert tokens == 2 + total and counts == lengths and total > 0
+    assert manager.verifier.stats.stale_plans == 1
+
+
+@pytest.mark.parametrize("four", [False, True])
+def test_reallocate_answers_in_the_releases_shape(four: bool) -> None:
+    """vLLM 0.32.0's runner unpacks three items, 0.33.0's four (the admitted counts for a batch sharder: None)."""
+    manager = _manager()
+    manager.admitted_counts_item = four
+    manager.record_confidences(torch.full((1, K), 0.9), _batch(["a"], [0]))
+    manager.get_num_tokens({"a": 1 + K}, {"a": [-1] * K})
+    out = manager.reallocate_drafts(["a"], torch.tensor([0]))
+    assert len(out) == (4 if four else 3) and (not four or out[3] is None)
