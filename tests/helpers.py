@@ -1,11 +1,14 @@
-"""Helpers the test modules share: one closeness check and the profiler's count of bytes that outlive a call."""
+"""Helpers the test modules share: one closeness check, the profiler's count of bytes that outlive a call, the
+acceptance estimate's float64 reference and a guard against host reads."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
+from torch.overrides import TorchFunctionMode
 
 
 def assert_close(
@@ -42,3 +45,63 @@ def retained_bytes(fn: Callable[[], Any]) -> int:
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     return int(sum(event.self_cpu_memory_usage for event in prof.events()))
+
+
+class EstimateReference:
+    """The acceptance estimate's rule in float64 with explicit loops (the formulas of
+    ascend_spec/vllm/acceptance_estimate.py's docstring, one entry at a time): the oracle of its V1 and V2 wirings."""
+
+    def __init__(self, s: int, k: int, decay: float, population_decay: float, n0: float, r0: float) -> None:
+        self.k, self.decay, self.population_decay, self.n0, self.r0 = k, decay, population_decay, n0, r0
+        self.h = np.zeros((s, k))
+        self.n = np.zeros((s, k))
+        self.pred = np.ones((s, k))
+        self.hh = np.zeros(k)
+        self.nn = np.zeros(k)
+
+    def reset(self, slots: list[int]) -> None:
+        for s in slots:
+            self.h[s] = 0.0
+            self.n[s] = 0.0
+            self.pred[s] = 1.0
+
+    def observe(self, rows: list[tuple[int, int, int]] | None) -> None:
+        self.h *= self.decay
+        self.n *= self.decay
+        self.hh *= self.population_decay
+        self.nn *= self.population_decay
+        for s, v, a in rows or []:
+            a = min(a, v)
+            for i in range(self.k):
+                if i <= a and i < v:  # tried: accepted, or the first rejected
+                    self.n[s, i] += self.pred[s, i]
+                    self.nn[i] += self.pred[s, i]
+                    if i < a:
+                        self.h[s, i] += 1.0
+                        self.hh[i] += 1.0
+
+    def estimate(self, slots: list[int], conf: np.ndarray | None, available: list[int] | None) -> np.ndarray:
+        g = (self.hh + self.n0 * self.r0) / (self.nn + self.n0)
+        out = np.zeros((len(slots), self.k))
+        for b, s in enumerate(slots):
+            for i in range(self.k):
+                r = (self.h[s, i] + self.n0 * g[i]) / (self.n[s, i] + self.n0)
+                if conf is not None:
+                    self.pred[s, i] = conf[b, i]
+                    r *= conf[b, i]
+                r = min(max(r, 0.0), 1.0)
+                out[b, i] = r if available is None or i < available[b] else 0.0
+        return out
+
+
+class NoHostRead(TorchFunctionMode):
+    """Fails on every tensor method that hands a value to the host (on a device each one is a sync): the guard
+    of the tests that say a step reads nothing on the host."""
+
+    READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        name = getattr(func, "__name__", "")
+        if name in self.READS:
+            raise AssertionError(f"host read in the step: Tensor.{name}")
+        return func(*args, **(kwargs or {}))

@@ -7,56 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import EstimateReference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascend_spec.vllm.acceptance_estimate import AcceptanceEstimator, RequestSlots
-
-
-class Reference:
-    """The update rule in float64 with explicit loops (the module docstring's formulas, one entry at a time)."""
-
-    def __init__(self, s: int, k: int, decay: float, population_decay: float, n0: float, r0: float) -> None:
-        self.k, self.decay, self.population_decay, self.n0, self.r0 = k, decay, population_decay, n0, r0
-        self.h = np.zeros((s, k))
-        self.n = np.zeros((s, k))
-        self.pred = np.ones((s, k))
-        self.hh = np.zeros(k)
-        self.nn = np.zeros(k)
-
-    def reset(self, slots: list[int]) -> None:
-        for s in slots:
-            self.h[s] = 0.0
-            self.n[s] = 0.0
-            self.pred[s] = 1.0
-
-    def observe(self, rows: list[tuple[int, int, int]] | None) -> None:
-        self.h *= self.decay
-        self.n *= self.decay
-        self.hh *= self.population_decay
-        self.nn *= self.population_decay
-        for s, v, a in rows or []:
-            a = min(a, v)
-            for i in range(self.k):
-                if i <= a and i < v:  # tried: accepted, or the first rejected
-                    self.n[s, i] += self.pred[s, i]
-                    self.nn[i] += self.pred[s, i]
-                    if i < a:
-                        self.h[s, i] += 1.0
-                        self.hh[i] += 1.0
-
-    def estimate(self, slots: list[int], conf: np.ndarray | None, available: list[int] | None) -> np.ndarray:
-        g = (self.hh + self.n0 * self.r0) / (self.nn + self.n0)
-        out = np.zeros((len(slots), self.k))
-        for b, s in enumerate(slots):
-            for i in range(self.k):
-                r = (self.h[s, i] + self.n0 * g[i]) / (self.n[s, i] + self.n0)
-                if conf is not None:
-                    self.pred[s, i] = conf[b, i]
-                    r *= conf[b, i]
-                r = min(max(r, 0.0), 1.0)
-                out[b, i] = r if available is None or i < available[b] else 0.0
-        return out
 
 
 def _ids(values: list[int]) -> torch.Tensor:
@@ -107,7 +62,7 @@ def test_estimator_matches_the_float64_reference(program, decay, population_deca
     est = AcceptanceEstimator(
         s, k, decay=decay, population_decay=population_decay, prior_weight=n0, initial_rate=r0
     )
-    ref = Reference(s, k, decay, population_decay, n0, r0)
+    ref = EstimateReference(s, k, decay, population_decay, n0, r0)
     for op in ops:
         if op[0] == "observe":
             rows = op[1]

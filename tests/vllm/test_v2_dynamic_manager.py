@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from helpers import NoHostRead
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.overrides import TorchFunctionMode
 
 from ascend_spec.graph import BudgetController, CostProfile
 from ascend_spec.ops import survival_probs
@@ -116,18 +116,6 @@ def test_capped_requests_and_prefill_rows_keep_their_tokens() -> None:
     assert counts[2] <= 1
 
 
-class _NoHostRead(TorchFunctionMode):
-    """Fails on every tensor method that hands a value to the host (on a device each one is a sync)."""
-
-    READS = {"item", "tolist", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__", "nonzero"}
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        name = getattr(func, "__name__", "")
-        if name in self.READS:
-            raise AssertionError(f"host read in the step: Tensor.{name}")
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("backend", ["reference", "auto"])
 def test_no_host_read_inside_the_step(monkeypatch, backend: str) -> None:
     """The device part of a step (the split, the offsets, the survivals and their staging) reads no tensor value
@@ -136,11 +124,11 @@ def test_no_host_read_inside_the_step(monkeypatch, backend: str) -> None:
     manager = _manager(backend=backend)
     req_ids, slots = ["a", "b", "c"], [0, 3, 4]
     conf = torch.tensor([[0.9, 0.8, 0.7], [0.6, 0.3, 0.2], [0.99, 0.9, 0.1]])
-    with _NoHostRead():
+    with NoHostRead():
         manager.record_confidences(conf, _batch(req_ids, slots))
     tokens_per_req = dict.fromkeys(req_ids, 1 + K)
     manager.get_num_tokens(tokens_per_req, {r: [-1] * K for r in req_ids})  # host: landed copies only
-    with _NoHostRead():
+    with NoHostRead():
         manager.compact_batch(np.full(3, K, np.int32), np.full(3, 1 + K, np.int32), np.zeros(4))
         _, qsl, total = manager.reallocate_drafts(req_ids, torch.tensor(slots))
     assert 0 < total < 3 * K  # a ragged split really ran on the device

@@ -201,8 +201,9 @@ def test_a_failing_v2_install_refuses_v2_engines_only(fresh_install, monkeypatch
 
 
 def test_v2_dynamic_verification_checks_in_one_line() -> None:
-    """Dynamic verification runs on V2 with a block drafter; V2's own adaptive verification, a drafter without
-    per-draft confidences and DFlash's local argmax reduction are refused in one line naming the setting."""
+    """Dynamic verification runs on V2 with every drafter V1 plans (DFlash / DSpark on their own scores, the
+    others on the acceptance estimate); V2's own adaptive verification, a drafter the plugin does not plan and
+    DFlash's local argmax reduction are refused in one line naming the setting."""
     from types import SimpleNamespace
 
     from ascend_spec.vllm.config import parse_config
@@ -218,9 +219,10 @@ def test_v2_dynamic_verification_checks_in_one_line() -> None:
 
     settings = parse_config({"ascend_spec": {"dynamic": True}})
     check_v2_engine(engine(), settings)
-    check_v2_engine(engine("dspark"), settings)
+    for method in ("dspark", "ngram", "mtp", "eagle", "eagle3", "draft_model"):
+        check_v2_engine(engine(method), settings)
     for bad, words in [
-        (engine("ngram"), "needs a drafter with per-draft confidences"),
+        (engine("suffix"), "got speculative method 'suffix'"),
         (engine(enable_adaptive_verification=True), "remove 'enable_adaptive_verification'"),
         (engine(use_local_argmax_reduction=True), "turn it off in the speculative config"),
     ]:

@@ -22,6 +22,10 @@ confidences after the drafter (``record_confidences``, :2258) and a reset per ne
 
 No value crosses from the device to the host inside a step: the only device-to-host transfers are the staged
 survivals and the staged per-request counts (for the stats, folded in once they have landed), both counted.
+
+Drafters without confidences of their own (ngram, MTP, EAGLE / EAGLE-3, draft_model) are planned on the online
+acceptance estimate (:mod:`ascend_spec.vllm.v2.estimate_wiring`, ``estimate``): it writes the rows' estimate into
+the buffer ``record_confidences`` receives, and ``add_request`` resets its slot with the manager's.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import torch
 
 from ascend_spec.ops import allocate_verify_budget, survival_probs
 from ascend_spec.vllm.dynamic import DynamicVerifier, StagedSurvivals, SurvivalStager
+from ascend_spec.vllm.v2.estimate_wiring import V2EstimateRows
 
 #: Staged runs kept for planning (the stager's ring has one slot more, so a kept slot is never overwritten).
 KEPT_RUNS = 3
@@ -61,6 +66,7 @@ class DeviceBudgetManager:
         score_kind: str,
         backend: str = "auto",
         admitted_counts_item: bool = False,
+        estimate: V2EstimateRows | None = None,
     ) -> None:
         self.verifier = verifier
         self.num_speculative_steps = k = num_speculative_steps
@@ -70,6 +76,7 @@ class DeviceBudgetManager:
         self.score_kind = score_kind
         self.backend = backend
         self.admitted_counts_item = admitted_counts_item  # V2Shims.reallocate_returns_admitted_counts
+        self.estimate = estimate  # the acceptance estimate per request slot, when the plan scores by it
         device = query_start_loc.device
         self._survival = torch.ones(max_num_reqs, k, dtype=torch.float32, device=device)  # per request slot
         self._rows = torch.empty(max_num_reqs, k, dtype=torch.float32, device=device)  # a run, batch order
@@ -88,6 +95,8 @@ class DeviceBudgetManager:
     def add_request(self, req_idx: int) -> None:
         """A request took slot ``req_idx``: nothing of its slot's last owner may rank its drafts."""
         self._survival[req_idx].fill_(1.0)
+        if self.estimate is not None:
+            self.estimate.reset(req_idx)
 
     def get_num_tokens(self, num_tokens_per_req: dict[str, int], draft_tokens: dict[str, list[int]]) -> int:
         """The step's token count (host): every non-draft token plus the planned total T of drafts."""

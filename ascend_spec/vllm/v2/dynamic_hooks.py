@@ -4,7 +4,9 @@ no-draft option, the profiles at the first step and the manager (:mod:`ascend_sp
 Patch points (register: :mod:`ascend_spec.vllm.patch_register`): ``v2_dynamic_manager`` (the runner's
 ``adaptive_verification`` attribute, set at the first real ``execute_model`` after the profiles are measured),
 ``v2_dynamic_confidence`` (DFlash: the speculator's ``_maybe_predict_acceptance``; DSpark: its model's
-``compute_confidence`` and ``use_confidence_head``), ``v2_dynamic_skip_drafter`` (the speculator's ``propose``).
+``compute_confidence`` and ``use_confidence_head``), ``v2_dynamic_skip_drafter`` (the speculator's ``propose``),
+``v2_dynamic_estimate`` (the same ``propose`` wrapper: the acceptance estimate's update and score, and a
+``draft_token_confidence_probs`` buffer for ngram's speculator, which has none).
 
 Why the manager is replaced rather than fed: V2's manager (``spec_decode/adaptive_verification.py``) needs full
 CUDA graphs (``resolve_adaptive_cudagraph_mode`` asserts them), builds its cost tables only inside
@@ -24,6 +26,7 @@ from typing import Any
 import torch
 
 from ascend_spec.graph import BudgetController
+from ascend_spec.vllm.acceptance_estimate import AcceptanceEstimator
 from ascend_spec.vllm.config import AscendSpecConfig, _where
 from ascend_spec.vllm.cost_profiles import (
     controller_target_profile,
@@ -36,28 +39,23 @@ from ascend_spec.vllm.graphs import SCORED_METHODS, engine_graphs
 from ascend_spec.vllm.log import plugin_logger
 from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
 from ascend_spec.vllm.v2.budget_manager import DeviceBudgetManager
+from ascend_spec.vllm.v2.estimate_wiring import V2EstimateRows
 
 logger = plugin_logger()
 
 
 def check_v2_dynamic_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
-    """V1's checks (a drafter it plans; the mode against the engine's scheduling), a drafter with its own scores
-    (DFlash, DSpark: V2 has no acceptance-estimate wiring yet), and V2's own manager off."""
+    """V1's checks (a drafter it plans: DFlash / DSpark on their own scores, the others on the acceptance
+    estimate; the mode against the engine's scheduling), and V2's own manager off."""
     async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
     check_dynamic_engine(vllm_config, settings.dynamic.for_engine(async_scheduling).mode)
     spec = vllm_config.speculative_config
-    if spec.method not in SCORED_METHODS:
-        raise ValueError(
-            f"{_where('dynamic')} on Model Runner V2 needs a drafter with per-draft confidences "
-            f"({', '.join(SCORED_METHODS)}); got speculative method {spec.method!r} (the per-request acceptance "
-            "estimate that plans the other drafters is wired for Model Runner V1 only)"
-        )
     if getattr(spec, "enable_adaptive_verification", False):
         raise ValueError(
             f"{_where('dynamic')} replaces Model Runner V2's adaptive verification; remove "
             "'enable_adaptive_verification' from the speculative config (or the 'dynamic' key)"
         )
-    if spec.method == "dflash" and getattr(spec, "use_local_argmax_reduction", False):
+    if spec.method == "dflash" and getattr(spec, "use_local_argmax_reduction", False):  # its own scores only
         raise ValueError(
             f"{_where('dynamic')} scores DFlash drafts by the max-softmax of their logits, which "
             "use_local_argmax_reduction never materialises; turn it off in the speculative config"
@@ -70,13 +68,14 @@ def install_v2_dynamic(runner) -> None:  # noqa: ANN001
     speculator = runner.speculator
     if speculator is None:  # a pipeline stage without the drafter
         return
-    _skip_drafter_when_planned(runner, speculator)
+    _wrap_propose(runner, speculator)
     load_model = runner.load_model
     execute_model = runner.execute_model
 
     def _load_model(self, *args: Any, **kwargs: Any):  # noqa: ANN202
         result = load_model(*args, **kwargs)
-        _score_drafts(self.speculator, self.ascend_spec.backend, self.vllm_config)
+        if self.vllm_config.speculative_config.method in SCORED_METHODS:
+            _score_drafts(self.speculator, self.ascend_spec.backend, self.vllm_config)
         return result
 
     def _execute_model(self, scheduler_output, *args: Any, **kwargs: Any):  # noqa: ANN001, ANN202
@@ -121,9 +120,12 @@ def _score_drafts(speculator, backend: str, vllm_config) -> None:  # noqa: ANN00
     speculator._maybe_predict_acceptance = types.MethodType(predict, speculator)
 
 
-def _skip_drafter_when_planned(runner, speculator) -> None:  # noqa: ANN001
-    """The no-draft option: after a plain plan the drafter's real runs are skipped for the back-off stretch; the
-    runner gets zero drafts, which the next plan never verifies (dummy runs always draft)."""
+def _wrap_propose(runner, speculator) -> None:  # noqa: ANN001
+    """v2_dynamic_skip_drafter: after a plain plan the drafter's real runs are skipped for the back-off stretch;
+    the runner gets zero drafts, which the next plan never verifies (dummy runs always draft).
+    v2_dynamic_estimate: where the plan scores by the acceptance estimate, the step's verdict goes into it
+    before the drafter (also when the drafter is skipped: the evidence ages) and the rows' estimate into the
+    confidences V2 hands ``record_confidences`` after it."""
     propose = speculator.propose
     zeros = torch.zeros(
         runner.max_num_reqs, speculator.num_speculative_steps, dtype=torch.int64, device=runner.device
@@ -133,12 +135,26 @@ def _skip_drafter_when_planned(runner, speculator) -> None:  # noqa: ANN001
         manager = runner.adaptive_verification
         if kwargs.get("dummy_run", False) or not isinstance(manager, DeviceBudgetManager):
             return propose(input_batch, *args, **kwargs)
+        estimate = manager.estimate
+        if estimate is not None:
+            estimate.observe(input_batch, *_verdict(args, kwargs))
         manager.drafter_ran = not manager.verifier.skip_drafter()
         if not manager.drafter_ran:
             return zeros[: input_batch.num_reqs]
-        return propose(input_batch, *args, **kwargs)
+        drafts = propose(input_batch, *args, **kwargs)
+        if estimate is not None:
+            estimate.score(input_batch, self.draft_token_confidence_probs)
+        return drafts
 
     speculator.propose = types.MethodType(_propose, speculator)
+
+
+def _verdict(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """``num_sampled`` and ``num_rejected`` of a ``propose`` call: V2's runner passes them positionally, after
+    ``input_batch`` and four others (``BaseSpeculator.propose``, vLLM 0.32.0 to 0.34.0); its dummy runs by name."""
+    if "num_sampled" in kwargs:
+        return kwargs["num_sampled"], kwargs["num_rejected"]
+    return args[4], args[5]
 
 
 def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
@@ -186,6 +202,8 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
         controller, graphs, backend=settings.backend, probe_interval=settings.dynamic.probe_interval
     )
     verifier.profiles = profiles
+    estimate, label = _estimate_rows(runner, settings, k)
+    verifier.estimate = estimate  # its population rate goes into the stats, as on V1
     manager = DeviceBudgetManager(
         verifier,
         max_num_reqs=runner.max_num_reqs,
@@ -193,23 +211,47 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
         query_start_loc=runner.input_buffers.query_start_loc,
         num_bonus_tokens=runner.model_state.num_new_sampled_tokens_per_step,
         max_total_logits=get_max_chunk_logits(runner.vocab_size),
-        score_kind=score_kind(runner.speculator),
+        score_kind=label,
         backend=settings.backend,
         admitted_counts_item=runner.ascend_spec_release.v2_shims.reallocate_returns_admitted_counts,
+        estimate=estimate,
     )
     runner.adaptive_verification = manager
     runner.ascend_spec_dynamic = verifier
     verifier.v2_manager = manager
     logger.info(
         "ascend-spec: dynamic verification on Model Runner V2 (total on the host from staged survivals, split on "
-        "the device), K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up); calibration and measured step "
-        "costs are V1's only",
+        "the device), K=%d, drafter Q=%d, scored by %s; cost profiles %s (%.2f s at start-up); calibration and "
+        "measured step costs are V1's only",
         k,
         q,
+        label,
         profiles.source,
         profiles.startup_s,
     )
     return manager
+
+
+def _estimate_rows(runner, settings: AscendSpecConfig, k: int) -> tuple[V2EstimateRows | None, str]:  # noqa: ANN001
+    """The acceptance estimate over V2's request slots where the plan scores by it (drafters without scores;
+    DFlash / DSpark under ``"estimate": "combine"``), and the scores' label for the stats."""
+    speculator = runner.speculator
+    if runner.vllm_config.speculative_config.method in SCORED_METHODS:
+        own = score_kind(speculator)
+        if settings.dynamic.estimate != "combine":
+            return None, own
+        label = f"{own}+estimate"
+    else:
+        label = "estimate"
+    device = torch.device(runner.device)
+    if getattr(speculator, "draft_token_confidence_probs", None) is None:  # ngram's speculator: no buffer
+        speculator.draft_token_confidence_probs = torch.ones(
+            runner.max_num_reqs, k, dtype=torch.float32, device=device
+        )
+    estimator = AcceptanceEstimator(runner.max_num_reqs + 1, k, device)
+    rows = V2EstimateRows(estimator, num_bonus_tokens=runner.model_state.num_new_sampled_tokens_per_step)
+    rows.combine = label != "estimate"
+    return rows, label
 
 
 @torch.inference_mode()
