@@ -119,6 +119,12 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     # V2's adaptive verification (the dynamic-verification seam)
     ("v2", _V2_ADAPTIVE, "AdaptiveVerificationManager"),
     ("v2", _V2_ADAPTIVE, "maybe_create_adaptive_verification_manager"),
+    # the acceptance estimate on V2 (v2_dynamic_estimate): propose's arguments, where the runner calls it and
+    # record_confidences, what num_sampled / num_rejected count, ngram's speculator (no confidence buffer)
+    ("v2", _V2_RUNNER, "GPUModelRunner.sample_tokens"),
+    ("v2", _V2 + "spec_decode/speculator.py", "BaseSpeculator.propose"),
+    ("v2", _V2 + "input_batch.py", "_get_num_sampled_and_rejected_kernel"),
+    ("v2", _V2 + "spec_decode/ngram/speculator.py", "NgramGPUSpeculator.propose"),
 )
 
 # The CPU build's V2 runner lives outside v1/worker/gpu/.

@@ -381,12 +381,34 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
     ),
     PatchPoint(
         name="v2_dynamic_skip_drafter",
-        target="DFlashSpeculator.propose / DSparkSpeculator.propose (V2, per speculator instance)",
+        target="the speculator's propose (V2, per speculator instance: DFlash, DSpark, ngram, MTP, EAGLE / "
+        "EAGLE-3, draft_model)",
         what="after a plan of plain decoding the drafter's real runs are skipped for the back-off stretch "
         "(zero drafts, which the next plan never verifies); dummy runs always draft",
         why="the no-draft option: a step planned as plain decoding should cost V(B), not D + V(B)",
         how="instance attribute wrapping the bound method (outermost, around v2_dflash_inputs' wrapper)",
         remove_when="with v2_dynamic_manager",
+        runner=V2_RUNNER,
+        releases=_V2,
+    ),
+    PatchPoint(
+        name="v2_dynamic_estimate",
+        target="the speculator's propose (V2, per speculator instance; the same wrapper as "
+        "v2_dynamic_skip_drafter) and, for NgramGPUSpeculator, its draft_token_confidence_probs",
+        what="when the plan scores by the acceptance estimate (ngram, MTP, EAGLE / EAGLE-3, draft_model; DFlash "
+        "/ DSpark with estimate 'combine'): before the drafter, the step's verdict per row from the device "
+        "counts V2 hands propose (accepted = num_sampled - 1, verified = accepted + num_rejected) updates the "
+        "estimate of the row's request slot (idx_mapping); after it, the rows' estimate is written into "
+        "draft_token_confidence_probs (combined: the drafter's confidences there rescaled), which V2 hands "
+        "the manager's record_confidences; the manager's add_request resets the slot. ngram's speculator gets "
+        "that buffer (it has none)",
+        why="V2 computes confidences only for drafters with logits and only with its own estimator and manager "
+        "(enable_adaptive_verification); ngram has no logits, and the plan needs a per-request score with no "
+        "host read",
+        how="inside the propose wrapper; the estimate over V2's request slots (max_num_reqs + 1: a masked row "
+        "-1 lands in the spare slot) is built with the manager (ascend_spec/vllm/v2/estimate_wiring.py)",
+        remove_when="V2's adaptive verification estimates per-request acceptance for every speculator on the "
+        "device",
         runner=V2_RUNNER,
         releases=_V2,
     ),

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from engine_helpers import ONE_OMP_THREAD, PROMPTS, K, assert_matches_plain, run
+from engine_helpers import ONE_OMP_THREAD, PROMPTS, K, assert_matches_plain, run, speculative
 
 from ascend_spec.graph import CostProfile
 from ascend_spec.vllm.cost_profiles import ENGINE_PROFILE_FORMAT
@@ -57,6 +57,7 @@ def _run(engine_dir, models, runner: str, **kwargs):  # noqa: ANN001, ANN003, AN
 
 def _check_dynamic_on_v2(ours, plain, method: str, hybrid: bool) -> dict:  # noqa: ANN001
     assert ours.runner == "v2", f"the worker built {ours.runner}, not Model Runner V2"
+    kind = {"dspark": "head", "dflash": "logits"}.get(method, "estimate")
     assert_matches_plain(plain, ours, allow_ties=hybrid)
     stats = ours.dynamic
     assert stats is not None and stats["steps"] > 0
@@ -64,7 +65,7 @@ def _check_dynamic_on_v2(ours, plain, method: str, hybrid: bool) -> dict:  # noq
     # waited for
     assert stats["host_copies"] == 0 and stats["max_host_copies_per_step"] == 0
     assert stats["staged_copies"] >= stats["steps"]
-    assert stats["score_kinds"] == {"head" if method == "dspark" else "logits": stats["steps"]}
+    assert stats["score_kinds"] == {kind: stats["steps"]}
     assert stats["stale_plans"] == 0  # the CPU engine's copies land at once: each plan saw the current run
     # budgets below full blocks, split unevenly over the requests of a step
     mean = ours.mean_verify_length  # on V2: the device split's histogram (V2's counters hold K placeholders)
@@ -107,3 +108,23 @@ def test_dflash_dynamic_on_v2_hybrid_one_gdn_slot(engine_dir, tmp_path, hybrid_l
     )
     _check_dynamic_on_v2(ours, plain, "dflash", hybrid=True)
     assert ours.gdn_slots_per_request == 1
+
+
+def test_ngram_planned_on_the_estimate_on_v2_matches_plain(
+    engine_dir, tmp_path, dense_low_entropy, plain_dense
+):
+    """V2's ngram speculator has no scores: each request's acceptance estimate, updated on the device from V2's
+    accepted counts, plans its drafts (ragged, below full blocks) with no host read; the output is plain
+    decoding's."""
+    plugin = {"dynamic": {"profile": _profile(tmp_path / "step.json")}}
+    ours = _run(
+        engine_dir,
+        dense_low_entropy,
+        "v2",
+        speculative=speculative("ngram", dense_low_entropy),
+        plugin=plugin,
+    )
+    stats = _check_dynamic_on_v2(ours, plain_dense, "ngram", hybrid=False)
+    estimate = stats["estimate"]
+    assert estimate["steps"] > 0 and estimate["population_trials"][0] > 0  # V2's counts reached the estimate
+    assert all(0.0 <= r <= 1.0 for r in estimate["population_rate"])

@@ -70,6 +70,7 @@ def test_every_patch_point_names_its_runner_and_releases() -> None:
         "v2_dynamic_manager",
         "v2_dynamic_confidence",
         "v2_dynamic_skip_drafter",
+        "v2_dynamic_estimate",
     }
 
 
