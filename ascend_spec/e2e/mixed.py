@@ -52,6 +52,7 @@ from ascend_spec.e2e.tiny_models import (
     TinyModels,
     _dflash_drafter,
     _dspark_drafter,
+    tiny_qwen3_config,
 )
 
 REPETITIVE, OTHER = "repetitive", "other"
@@ -162,21 +163,13 @@ def mixed_prompts(
 
 def _write_target(out: Path, tokens: MixedTokens, seed: int) -> None:
     from safetensors.torch import save_file
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=VOCAB_SIZE,
-        hidden_size=HIDDEN_SIZE,
+    config = tiny_qwen3_config(
         intermediate_size=PER_TOKEN_INTERMEDIATE,
         num_hidden_layers=PER_TOKEN_LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-        dtype="bfloat16",
-        architectures=[STEP_COST_ARCH],
+        architecture=STEP_COST_ARCH,
     )
     config.step_cost_columns = STEP_COST_COLUMNS
     model = Qwen3ForCausalLM(config).eval()

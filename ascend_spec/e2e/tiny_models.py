@@ -71,24 +71,33 @@ def _write_target(model: torch.nn.Module, out: Path, low_entropy: bool, seed: in
     return state
 
 
-def _qwen3_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, torch.Tensor]:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+def tiny_qwen3_config(
+    *, intermediate_size: int = 256, num_hidden_layers: int = 2, architecture: str = "Qwen3ForCausalLM"
+):  # noqa: ANN201 - transformers' Qwen3Config
+    """The built-in dense targets' shape (vocab, hidden size, heads); the MLP width, the depth and the
+    architecture name are what the targets differ in."""
+    from transformers import Qwen3Config
 
-    torch.manual_seed(seed)
-    config = Qwen3Config(
+    return Qwen3Config(
         vocab_size=VOCAB_SIZE,
         hidden_size=HIDDEN_SIZE,
-        intermediate_size=256,
-        num_hidden_layers=2,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=32,
         max_position_embeddings=1024,
         tie_word_embeddings=False,
         dtype="bfloat16",
-        architectures=["Qwen3ForCausalLM"],
+        architectures=[architecture],
     )
-    return _write_target(Qwen3ForCausalLM(config).eval(), out, low_entropy, seed)
+
+
+def _qwen3_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, torch.Tensor]:
+    from transformers import Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    return _write_target(Qwen3ForCausalLM(tiny_qwen3_config()).eval(), out, low_entropy, seed)
 
 
 # The hybrids' shapes (Qwen3.5 and Qwen3-Next): 2 GDN + 2 full-attention layers. Wide KV heads keep vLLM's hybrid

@@ -55,6 +55,23 @@ class EngineProfiles:
         }
 
 
+@torch.inference_mode()
+def time_target_forward(runner, num_tokens: int, drafter, silenced: str) -> None:  # noqa: ANN001
+    """The runner's dummy target forward over ``num_tokens`` plus their logits, with the drafter's ``silenced``
+    method a no-op meanwhile (V1: ``dummy_run``; V2: the speculator's ``propose``): the target profile times the
+    target alone."""
+    saved = drafter.__dict__.get(silenced)
+    setattr(drafter, silenced, lambda *args, **kwargs: None)
+    try:
+        hidden, _ = runner._dummy_run(num_tokens)
+        runner.model.compute_logits(hidden[:num_tokens])
+    finally:
+        if saved is None:
+            delattr(drafter, silenced)
+        else:
+            setattr(drafter, silenced, saved)
+
+
 def controller_target_profile(profiles: EngineProfiles, graphs) -> CostProfile:  # noqa: ANN001
     """The target profile the controller plans with: as measured where the target runs graphs (a total is
     padded to its bucket), every token count where it runs eagerly (``CostProfile.per_token``: each verified

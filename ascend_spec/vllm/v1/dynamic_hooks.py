@@ -26,6 +26,7 @@ from ascend_spec.vllm.cost_profiles import (
     engine_profiles,
     measure_engine_profiles,
     profile_key,
+    time_target_forward,
 )
 from ascend_spec.vllm.dynamic import DynamicVerifier, take_checked_scores, trim_draft_token_ids
 from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, SCORED_METHODS, engine_graphs
@@ -233,7 +234,7 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
 
     def measure():  # noqa: ANN202
         return measure_engine_profiles(
-            lambda n: _run_target(runner, n),
+            lambda n: time_target_forward(runner, n, runner.drafter, "dummy_run"),
             lambda n: _run_draft(runner, n, n // q * k),
             graphs.target.buckets,
             graphs.draft.buckets,
@@ -283,22 +284,6 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         profiles.startup_s,
     )
     return verifier
-
-
-@torch.inference_mode()
-def _run_target(runner, num_tokens: int) -> None:  # noqa: ANN001
-    """The target forward over ``num_tokens`` plus their logits, without the drafter's dummy run."""
-    drafter = runner.drafter
-    saved = drafter.__dict__.get("dummy_run")
-    drafter.dummy_run = lambda *args, **kwargs: None
-    try:
-        hidden, _ = runner._dummy_run(num_tokens)
-        runner.model.compute_logits(hidden[:num_tokens])
-    finally:
-        if saved is None:
-            del drafter.dummy_run
-        else:
-            drafter.dummy_run = saved
 
 
 @torch.inference_mode()

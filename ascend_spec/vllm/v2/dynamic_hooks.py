@@ -33,6 +33,7 @@ from ascend_spec.vllm.cost_profiles import (
     engine_profiles,
     measure_engine_profiles,
     profile_key,
+    time_target_forward,
 )
 from ascend_spec.vllm.dynamic import DynamicVerifier
 from ascend_spec.vllm.graphs import SCORED_METHODS, engine_graphs
@@ -179,7 +180,7 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
 
     def measure():  # noqa: ANN202
         return measure_engine_profiles(
-            lambda n: _run_target(runner, n),
+            lambda n: time_target_forward(runner, n, runner.speculator, "propose"),
             draft_runs,
             graphs.target.buckets,
             graphs.draft.buckets,
@@ -252,22 +253,6 @@ def _estimate_rows(runner, settings: AscendSpecConfig, k: int) -> tuple[V2Estima
     rows = V2EstimateRows(estimator, num_bonus_tokens=runner.model_state.num_new_sampled_tokens_per_step)
     rows.combine = label != "estimate"
     return rows, label
-
-
-@torch.inference_mode()
-def _run_target(runner, num_tokens: int) -> None:  # noqa: ANN001
-    """V2's dummy step over ``num_tokens`` plus their logits, without the drafter."""
-    speculator = runner.speculator
-    saved = speculator.__dict__.get("propose")
-    speculator.propose = lambda *args, **kwargs: None
-    try:
-        hidden, _ = runner._dummy_run(num_tokens)
-        runner.model.compute_logits(hidden[:num_tokens])
-    finally:
-        if saved is None:
-            del speculator.propose
-        else:
-            speculator.propose = saved
 
 
 class _DraftRuns:
