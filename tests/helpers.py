@@ -105,3 +105,23 @@ class NoHostRead(TorchFunctionMode):
         if name in self.READS:
             raise AssertionError(f"host read in the step: Tensor.{name}")
         return func(*args, **(kwargs or {}))
+
+
+def stand_in_budget_manager(
+    verifier, max_num_reqs: int, k: int, score_kind: str, backend: str = "reference", **extra
+):  # noqa: ANN001, ANN003, ANN201
+    """The plugin's Model Runner V2 manager with a runner's buffers stood in (no engine): the unit tests' one
+    way to build it."""
+    from ascend_spec.vllm.v2.budget_manager import DeviceBudgetManager
+
+    return DeviceBudgetManager(
+        verifier,
+        max_num_reqs=max_num_reqs,
+        num_speculative_steps=k,
+        query_start_loc=torch.zeros(max_num_reqs + 1, dtype=torch.int32),
+        num_bonus_tokens=1,
+        max_total_logits=10_000,
+        score_kind=score_kind,
+        backend=backend,
+        **extra,
+    )

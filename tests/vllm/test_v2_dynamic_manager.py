@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import NoHostRead
+from helpers import NoHostRead, stand_in_budget_manager
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,16 +38,7 @@ def _controller(target: dict = TARGET, draft: dict = DRAFT) -> BudgetController:
 
 def _manager(probe_interval: int = 1, backend: str = "reference", **costs) -> DeviceBudgetManager:  # noqa: ANN003
     verifier = DynamicVerifier(_controller(**costs), None, backend=backend, probe_interval=probe_interval)
-    return DeviceBudgetManager(
-        verifier,
-        max_num_reqs=MAX_REQS,
-        num_speculative_steps=K,
-        query_start_loc=torch.zeros(MAX_REQS + 1, dtype=torch.int32),
-        num_bonus_tokens=1,
-        max_total_logits=10_000,
-        score_kind="logits",
-        backend=backend,
-    )
+    return stand_in_budget_manager(verifier, MAX_REQS, K, "logits", backend)
 
 
 def _batch(req_ids: list[str], slots: list[int]) -> SimpleNamespace:

@@ -15,13 +15,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from helpers import EstimateReference, NoHostRead
+from helpers import EstimateReference, NoHostRead, stand_in_budget_manager
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascend_spec.graph import BudgetController, CostProfile
 from ascend_spec.vllm.dynamic import DynamicVerifier
-from ascend_spec.vllm.v2.budget_manager import DeviceBudgetManager
 from ascend_spec.vllm.v2.dynamic_hooks import _estimate_rows, _wrap_propose
 
 K = 3
@@ -73,17 +72,7 @@ def _engine(method: str = "ngram", estimate: str = "auto", confidences: torch.Te
     _wrap_propose(runner, speculator)
     rows, label = _estimate_rows(runner, SimpleNamespace(dynamic=SimpleNamespace(estimate=estimate)), K)
     verifier = DynamicVerifier(_controller(), None, backend="reference")
-    runner.adaptive_verification = DeviceBudgetManager(
-        verifier,
-        max_num_reqs=MAX_REQS,
-        num_speculative_steps=K,
-        query_start_loc=torch.zeros(MAX_REQS + 1, dtype=torch.int32),
-        num_bonus_tokens=1,
-        max_total_logits=10_000,
-        score_kind=label,
-        backend="reference",
-        estimate=rows,
-    )
+    runner.adaptive_verification = stand_in_budget_manager(verifier, MAX_REQS, K, label, estimate=rows)
     return runner
 
 
