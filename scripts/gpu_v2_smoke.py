@@ -1,5 +1,5 @@
 """vLLM >= 0.34 (Model Runner V2 only) on a CUDA device: the tiny Qwen3 decodes plain and with ngram drafts, with
-and without the plugin's key, and every run gives plain decoding's tokens (scripts/gpu_check.sh, step 3).
+and without the plugin's key, and with the plugin's dynamic verification; every run gives plain decoding's tokens (scripts/gpu_check.sh, step 3).
 
 Argument: a work folder (models, caches). Exit status 1 when any run differs from plain decoding or fails.
 """
@@ -24,6 +24,8 @@ def main() -> int:
         "plain": EngineSpec(target=models.target),
         "ngram": EngineSpec(target=models.target, speculative=NGRAM),
         "ngram + plugin": EngineSpec(target=models.target, speculative=NGRAM, plugin={}),
+        # dynamic verification on V2: the plugin's manager, ngram planned on the acceptance estimate
+        "ngram + dynamic": EngineSpec(target=models.target, speculative=NGRAM, plugin={"dynamic": {}}),
     }
     results = {
         name: run_isolated(spec, prompts, work_dir=work / "engines", max_tokens=lengths)
