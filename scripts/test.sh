@@ -5,6 +5,9 @@
 # background while the main suite runs), running the engine tests marked for it (a supported release:
 # `matrix or inert`; any other: `inert`, the plugin installed but not enabled).
 # Last, vllm-ascend 0.30.0rc2's NPUModelRunner on the emulated NPU (.venv-vllm-ascend, tests/vllm_ascend_emu).
+# The main suite runs on ASCEND_SPEC_TEST_WORKERS pytest-xdist workers (default 2, one a core of CI's machine; 0:
+# in-process), a test file to a worker (module fixtures stay shared); after it, the matrix releases one after another
+# beside the vllm-ascend part (each a single-process engine at a time), their logs printed as each ends.
 # With arguments, only pytest on .venv runs, with those arguments. ASCEND_SPEC_MATRIX lists the other releases
 # (default "0.30.0 0.27.1"; empty: none); ASCEND_SPEC_EMULATED_NPU_TESTS=0 skips the vllm-ascend part.
 set -euo pipefail
@@ -33,31 +36,44 @@ setup_pid=$!
 export TRITON_INTERPRET=1 ASCEND_SPEC_CHECKS=1
 ruff check .
 ruff format --check .
-python -m pytest -q "$@"
+python -m pytest -q -n "${ASCEND_SPEC_TEST_WORKERS:-2}" --dist loadfile "$@"
 [ -n "$matrix" ] || [ "$ascend" = 1 ] || exit 0
 deactivate
 wait "$setup_pid"
-for release in $matrix; do
-  if [ ! -f "$logs/ok-$release" ]; then
-    cat "$logs/setup-$release.log"
-    echo "engine matrix: setting up vLLM $release failed" >&2
-    exit 1
-  fi
-  start=$(date +%s)
-  py=".venv-vllm-$release/bin/python"
-  selection=$("$py" -c "from ascend_spec.vllm.releases import v1_release; print('matrix or inert' if v1_release() else 'inert')")
-  echo "engine matrix: vLLM $release, tests marked '$selection'"
-  "$py" -m pytest -q -m "$selection" tests/vllm
-  echo "engine matrix: vLLM $release took $(($(date +%s) - start)) s"
-done
-if [ "$ascend" = 1 ]; then
+engine_matrix() {
+  for release in $matrix; do
+    if [ ! -f "$logs/ok-$release" ]; then
+      cat "$logs/setup-$release.log"
+      echo "engine matrix: setting up vLLM $release failed" >&2
+      return 1
+    fi
+    start=$(date +%s)
+    py=".venv-vllm-$release/bin/python"
+    selection=$("$py" -c "from ascend_spec.vllm.releases import v1_release; print('matrix or inert' if v1_release() else 'inert')")
+    echo "engine matrix: vLLM $release, tests marked '$selection'"
+    "$py" -m pytest -q -m "$selection" tests/vllm || return 1
+    echo "engine matrix: vLLM $release took $(($(date +%s) - start)) s"
+  done
+}
+emulated_npu() {
+  [ "$ascend" = 1 ] || return 0
   if [ ! -f "$logs/ok-vllm-ascend" ]; then
     cat "$logs/setup-vllm-ascend.log"
     echo "setting up vllm-ascend failed" >&2
-    exit 1
+    return 1
   fi
   start=$(date +%s)
   echo "vllm-ascend 0.30.0rc2 on the emulated NPU"
-  .venv-vllm-ascend/bin/python -m pytest -q tests/vllm_ascend_emu
+  .venv-vllm-ascend/bin/python -m pytest -q tests/vllm_ascend_emu || return 1
   echo "vllm-ascend took $(($(date +%s) - start)) s"
-fi
+}
+engine_matrix >"$logs/matrix.log" 2>&1 &
+matrix_pid=$!
+emulated_npu >"$logs/emulated-npu.log" 2>&1 &
+npu_pid=$!
+failed=0
+wait "$npu_pid" || failed=1
+cat "$logs/emulated-npu.log"
+wait "$matrix_pid" || failed=1
+cat "$logs/matrix.log"
+exit "$failed"
