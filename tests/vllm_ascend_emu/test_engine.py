@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ascend_engine_env import EMULATED, PLAIN_CPU, needs_vllm_ascend
+from ascend_engine_env import EMULATED, PLAIN_CPU, needs_vllm_ascend, run_engine
 
-from ascend_spec.e2e.engine import EngineRun, EngineSpec, run_isolated
+from ascend_spec.e2e.engine import EngineRun, EngineSpec
 from ascend_spec.e2e.tiny_models import CONSTANT_TOKEN, TinyModels, make_tiny_models
 
 pytestmark = [needs_vllm_ascend, pytest.mark.slow]
@@ -26,10 +26,7 @@ def dense(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
 
 
 def _run(work: Path, spec: EngineSpec, env: dict[str, str]) -> EngineRun:
-    run = run_isolated(spec, PROMPTS, work_dir=work, env=env, max_tokens=MAX_TOKENS, timeout=1200)
-    assert run.error is None, run.error
-    assert [len(t) for t in run.tokens] == MAX_TOKENS
-    return run
+    return run_engine(work, spec, PROMPTS, MAX_TOKENS, env)
 
 
 @pytest.fixture(scope="module")
