@@ -51,8 +51,19 @@ class EstimateReference:
     """The acceptance estimate's rule in float64 with explicit loops (the formulas of
     ascend_spec/vllm/acceptance_estimate.py's docstring, one entry at a time): the oracle of its V1 and V2 wirings."""
 
-    def __init__(self, s: int, k: int, decay: float, population_decay: float, n0: float, r0: float) -> None:
+    def __init__(
+        self,
+        s: int,
+        k: int,
+        decay: float,
+        population_decay: float,
+        n0: float,
+        r0: float,
+        *,
+        trial_decay: float = 1.0,
+    ) -> None:
         self.k, self.decay, self.population_decay, self.n0, self.r0 = k, decay, population_decay, n0, r0
+        self.trial_decay = trial_decay
         self.h = np.zeros((s, k))
         self.n = np.zeros((s, k))
         self.pred = np.ones((s, k))
@@ -72,6 +83,9 @@ class EstimateReference:
         self.nn *= self.population_decay
         for s, v, a in rows or []:
             a = min(a, v)
+            if v > 0:  # a row that verified drafts ages by trial too
+                self.h[s] *= self.trial_decay
+                self.n[s] *= self.trial_decay
             for i in range(self.k):
                 if i <= a and i < v:  # tried: accepted, or the first rejected
                     self.n[s, i] += self.pred[s, i]

@@ -52,17 +52,26 @@ def _programs(draw):  # noqa: ANN001, ANN202
 @given(
     program=_programs(),
     decay=st.sampled_from([0.5, 0.9, 1.0]),
+    trial_decay=st.sampled_from([0.5, 0.8, 1.0]),
     population_decay=st.sampled_from([0.9, 0.99]),
     n0=st.sampled_from([0.5, 1.0, 3.0]),
     r0=st.sampled_from([0.0, 0.6, 1.0]),
 )
 @settings(max_examples=150, deadline=None)
-def test_estimator_matches_the_float64_reference(program, decay, population_decay, n0, r0) -> None:  # noqa: ANN001
+def test_estimator_matches_the_float64_reference(  # noqa: ANN001
+    program, decay, trial_decay, population_decay, n0, r0
+) -> None:
     s, k, ops = program
     est = AcceptanceEstimator(
-        s, k, decay=decay, population_decay=population_decay, prior_weight=n0, initial_rate=r0
+        s,
+        k,
+        decay=decay,
+        trial_decay=trial_decay,
+        population_decay=population_decay,
+        prior_weight=n0,
+        initial_rate=r0,
     )
-    ref = EstimateReference(s, k, decay, population_decay, n0, r0)
+    ref = EstimateReference(s, k, decay, population_decay, n0, r0, trial_decay=trial_decay)
     for op in ops:
         if op[0] == "observe":
             rows = op[1]
@@ -95,7 +104,7 @@ def _simulate(
     """Every slot verifies K drafts each step, accepted draft by draft with its true conditional rate; returns
     the mean estimate [S, K] over the last three quarters of the steps."""
     s, k = true_rates.shape
-    est = AcceptanceEstimator(s, k, decay=decay)
+    est = AcceptanceEstimator(s, k, decay=decay, trial_decay=1.0)
     rng = np.random.default_rng(seed)
     slots = torch.arange(s)
     verified = torch.full((s,), k, dtype=torch.int64)
@@ -135,7 +144,9 @@ def test_combined_estimate_converges_to_the_true_rate_whatever_the_drafters_conf
 def test_partial_drafts_are_no_evidence_and_rejections_are() -> None:
     """A request that verified 1 of K drafts and accepted it gave evidence at position 0 only: positions 1.. keep
     the prior; one that verified 3 and accepted 0 failed at position 0 and nothing was decided after it."""
-    est = AcceptanceEstimator(2, 3, decay=1.0, population_decay=1.0, prior_weight=1.0, initial_rate=1.0)
+    est = AcceptanceEstimator(
+        2, 3, decay=1.0, trial_decay=1.0, population_decay=1.0, prior_weight=1.0, initial_rate=1.0
+    )
     est.observe(_ids([0, 1]), _ids([1, 3]), _ids([1, 0]))
     assert est.hits.tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
     assert est.trials.tolist() == [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
@@ -158,7 +169,7 @@ def test_a_reused_slot_starts_from_the_population_prior() -> None:
 
 def test_evidence_ages_while_a_request_verifies_nothing() -> None:
     """A rejected request that then verifies nothing drifts back to the prior, so the plan tries it again."""
-    est = AcceptanceEstimator(1, 1, decay=0.8, population_decay=1.0)
+    est = AcceptanceEstimator(1, 1, decay=0.8, trial_decay=1.0, population_decay=1.0)
     for _ in range(3):
         est.observe(_ids([0]), _ids([1]), _ids([0]))
     low = float(est.estimate(_ids([0]))[0, 0])
@@ -167,6 +178,42 @@ def test_evidence_ages_while_a_request_verifies_nothing() -> None:
     high = float(est.estimate(_ids([0]))[0, 0])
     g = float(est.population_rate()[0])
     assert low < high and high == pytest.approx(g, abs=0.02)
+
+
+def _trials_until_dropped(trial_decay: float, history: int = 100, below: float = 0.3) -> int:
+    """A request accepted at position 0 for ``history`` steps, then rejected every step: its trials until its
+    estimate falls below ``below`` (the population alone keeps a high prior: it saw mostly successes)."""
+    est = AcceptanceEstimator(1, 1, decay=0.97, trial_decay=trial_decay, population_decay=1.0, prior_weight=0.5)
+    one = _ids([0])
+    for _ in range(history):
+        est.observe(one, _ids([1]), _ids([1]))
+    for trials in range(1, 200):
+        est.observe(one, _ids([1]), _ids([0]))
+        if float(est.estimate(one)[0, 0]) < below:
+            return trials
+    raise AssertionError("the estimate never dropped")
+
+
+def test_a_request_whose_drafts_stop_being_accepted_is_noticed_within_a_few_trials() -> None:
+    """Ageing by trial bounds what a long history weighs: with the default ``trial_decay`` (0.8) a request accepted
+    for 100 steps that then fails every draft stops being planned within a handful of its own trials, where ageing
+    by time alone (``trial_decay`` 1, ``decay`` 0.97) takes several times as many."""
+    fast = _trials_until_dropped(0.8)
+    slow = _trials_until_dropped(1.0)
+    assert fast <= 8 and slow >= 3 * fast, (fast, slow)
+
+
+def test_time_ageing_does_not_touch_the_rows_a_step_verified_twice() -> None:
+    """In one step a row that verified drafts ages by ``decay`` and ``trial_decay`` once each, the others by
+    ``decay`` only; the population by ``population_decay`` alone."""
+    est = AcceptanceEstimator(3, 2, decay=0.9, trial_decay=0.5, population_decay=1.0)
+    est.observe(_ids([0, 1, 2]), _ids([2, 2, 2]), _ids([2, 2, 2]))
+    before = est.hits.clone()
+    population = est.population.clone()
+    est.observe(_ids([0, 2]), _ids([1, 0]), _ids([0, 0]))  # slot 0 rejects its one draft, slot 2 verified none
+    torch.testing.assert_close(est.hits, before * torch.tensor([[0.9 * 0.5], [0.9], [0.9]]))
+    torch.testing.assert_close(est.trials[0], torch.tensor([0.9 * 0.5 + 1.0, 0.9 * 0.5]))
+    torch.testing.assert_close(est.population, population + torch.tensor([[0.0, 0.0], [1.0, 0.0]]))
 
 
 def test_request_slots_keep_release_and_reuse() -> None:
@@ -185,6 +232,7 @@ def test_request_slots_keep_release_and_reuse() -> None:
     [
         ({"decay": 0.0}, "decay must be a number in (0, 1]; got 0.0"),
         ({"population_decay": 1.5}, "population_decay must be a number in (0, 1]; got 1.5"),
+        ({"trial_decay": -0.1}, "trial_decay must be a number in (0, 1]; got -0.1"),
         ({"prior_weight": 0}, "prior_weight must be a positive number of pseudo-trials; got 0"),
         ({"initial_rate": True}, "initial_rate must be a number in [0, 1]; got True"),
     ],

@@ -21,16 +21,22 @@ The rule, per step (``observe``), then per plan (``estimate``):
   evidence. A request that got fewer drafts (ngram found a shorter match, or none) verified fewer: the missing
   positions give no evidence, they are not failures.
 * **per request**: decayed sums ``h[s, i]`` (successes) and ``n[s, i]`` (trials, each weighted by the drafter's
-  predicted conditional confidence ``c`` of that draft; 1 for drafters without scores). Every target step
-  multiplies all sums by ``decay`` (0.9: about the last ten steps), so evidence ages also while a request verifies
-  nothing: its estimate drifts back to its prior and the plan tries it again (the exploration a controller that
-  stopped verifying a request needs to notice that it became predictable).
+  predicted conditional confidence ``c`` of that draft; 1 for drafters without scores), aged two ways:
+  - by **trial**: a request that verified drafts in a step first multiplies its sums by ``trial_decay`` (0.8:
+    about its last five verify steps count), so a request whose drafts stop being accepted is noticed within a few
+    of its own trials, however long its history;
+  - by **time**: every target step multiplies every request's sums by ``decay`` (0.97), so evidence also ages
+    while a request verifies nothing: its estimate drifts back to its prior and the plan tries it again, about
+    every twenty steps (the exploration a controller that stopped verifying a request needs to notice that it
+    became predictable). Slow on purpose: each such probe verifies drafts that are most likely rejected
+    (measured on the mixed workload, docs/vllm.md: with one decay of 0.9 for both, the unpredictable half spent
+    ~0.56 drafts per request and step on probes).
 * **prior**: the population's decayed sums ``H[i]``, ``N[i]`` over every request (``population_decay`` 0.99),
   with ``prior_weight`` pseudo-trials at ``initial_rate`` (1: a new engine verifies what the drafter proposes, as
   fixed K does, until the first evidence arrives): ``g[i] = (H[i] + m0 r0) / (N[i] + m0)``.
 * **estimate**: ``r[s, i] = (h[s, i] + n0 g[i]) / (n[s, i] + n0)`` (``n0 = prior_weight`` pseudo-trials at the
-  population's rate: a new request starts at what the drafter achieves on everyone, and moves to its own rate as
-  its evidence grows), then ``q[s, i] = min(1, c[b, i] r[s, i])``, zero at positions past the request's
+  population's rate, 0.5: a new request starts at what the drafter achieves on everyone, and one rejection
+  weighs twice the prior, so a request whose first drafts fail stops costing drafts after one probe), then ``q[s, i] = min(1, c[b, i] r[s, i])``, zero at positions past the request's
   available drafts.
 
 **Combining with a drafter's own scores** (DFlash's logits, DSpark's head; ``"estimate": "combine"``): ``c`` is
@@ -81,14 +87,16 @@ class AcceptanceEstimator:
         max_drafts: int,
         device: torch.device | str = "cpu",
         *,
-        decay: float = 0.9,
+        decay: float = 0.97,
+        trial_decay: float = 0.8,
         population_decay: float = 0.99,
-        prior_weight: float = 1.0,
+        prior_weight: float = 0.5,
         initial_rate: float = 1.0,
     ) -> None:
         self.num_slots = check_int("num_slots", num_slots, minimum=1)
         self.max_drafts = check_int("max_drafts", max_drafts, minimum=1)
         self.decay = _check_fraction("decay", decay)
+        self.trial_decay = _check_fraction("trial_decay", trial_decay)
         self.population_decay = _check_fraction("population_decay", population_decay)
         if (
             isinstance(prior_weight, bool)
@@ -158,9 +166,10 @@ class AcceptanceEstimator:
         verified: torch.Tensor | None = None,
         accepted: torch.Tensor | None = None,
     ) -> None:
-        """One target step: decay every sum, then add the evidence of the step's rows (``slots [B]``, and per row
-        the drafts ``verified [B]`` and ``accepted [B]`` of them, device integer tensors; None: a step without
-        verified drafts, which only ages the evidence). Accepted counts above ``verified`` are clipped to it."""
+        """One target step: age every sum, then add the evidence of the step's rows (``slots [B]``, distinct: one
+        row per request, and per row the drafts ``verified [B]`` and ``accepted [B]`` of them, device integer
+        tensors; None: a step without verified drafts, which only ages the evidence by time). Accepted counts above
+        ``verified`` are clipped to it."""
         self.steps += 1
         k = self.max_drafts
         self._slot_rows.mul_(self.decay)
@@ -173,10 +182,14 @@ class AcceptanceEstimator:
         accepted = check_tensor("accepted", accepted, ndim=1, dtypes=INDEX_DTYPES, shape=(b,))
         if not b:
             return
-        code = torch.add(verified.long().clamp(0, k), accepted.long().clamp(0, k), alpha=k + 1)
+        verified = verified.long().clamp(0, k)
+        code = torch.add(verified, accepted.long().clamp(0, k), alpha=k + 1)
         evidence = self._table.index_select(0, code).mul_(self._weights.index_select(0, slots))
-        self._state.index_add_(0, slots, evidence)
         self._population.add_(evidence.sum(0))
+        if self.trial_decay < 1.0:  # rows that verified drafts age by trial first: + old (trial_decay - 1)
+            aged = torch.where(verified > 0, self.trial_decay - 1.0, 0.0).unsqueeze(1)
+            evidence.addcmul_(self._state.index_select(0, slots), aged)
+        self._state.index_add_(0, slots, evidence)  # a step's rows are distinct requests: distinct slots
 
     # -- estimates ---------------------------------------------------------------------------------------
     def population_rate(self) -> torch.Tensor:

@@ -29,7 +29,7 @@ MAX_REQS = 6
 TARGET = {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 3.0, 32: 5.0}
 DRAFT = {1: 0.2, 2: 0.2, 4: 0.2, 8: 0.2}
 # the estimator's defaults (AcceptanceEstimator)
-DECAY, POPULATION_DECAY, PRIOR_WEIGHT, INITIAL_RATE = 0.9, 0.99, 1.0, 1.0
+DECAY, TRIAL_DECAY, POPULATION_DECAY, PRIOR_WEIGHT, INITIAL_RATE = 0.97, 0.8, 0.99, 0.5, 1.0
 
 
 class _Speculator:
@@ -96,7 +96,9 @@ def _sample_and_propose(runner, slots: list[int], sampled: list[int], rejected: 
 
 
 def _reference() -> EstimateReference:
-    return EstimateReference(MAX_REQS, K, DECAY, POPULATION_DECAY, PRIOR_WEIGHT, INITIAL_RATE)
+    return EstimateReference(
+        MAX_REQS, K, DECAY, POPULATION_DECAY, PRIOR_WEIGHT, INITIAL_RATE, trial_decay=TRIAL_DECAY
+    )
 
 
 @st.composite

@@ -37,7 +37,7 @@ def _controller(target: dict) -> BudgetController:
 
 def _verifier(target: dict, slots: int = 8) -> DynamicVerifier:
     verifier = DynamicVerifier(_controller(target), None, backend="reference")
-    verifier.estimate = EstimateRows(AcceptanceEstimator(slots, K, decay=1.0), backend="reference")
+    verifier.estimate = EstimateRows(AcceptanceEstimator(slots, K, decay=1.0, trial_decay=1.0, prior_weight=1.0), backend="reference")
     return verifier
 
 
@@ -58,7 +58,7 @@ def _metadata(drafts: list[int]) -> SimpleNamespace:
 def test_the_sampler_output_on_the_device_is_the_evidence() -> None:
     """Rows a, b, c verified 2, 3, 1 drafts; the rejection sampler emitted 1, 4, 2 tokens (-1 after them): a
     rejected its first draft, b accepted all three, c accepted its one draft (bonus token included)."""
-    rows = EstimateRows(AcceptanceEstimator(4, K, decay=1.0, population_decay=1.0))
+    rows = EstimateRows(AcceptanceEstimator(4, K, decay=1.0, trial_decay=1.0, population_decay=1.0))
     ids = ["a", "b", "c"]
     rows.observe(ids, _sampler_output([[5], [5, 6, 7, 8], [5, 6]], K + 1), _metadata([2, 3, 1]))
     est = rows.estimator
@@ -130,7 +130,7 @@ def test_drafter_scores_are_combined_with_the_requests_record() -> None:
 
 
 def test_a_request_new_to_the_batch_starts_from_the_prior() -> None:
-    rows = EstimateRows(AcceptanceEstimator(2, K, decay=1.0, population_decay=1.0))
+    rows = EstimateRows(AcceptanceEstimator(2, K, decay=1.0, trial_decay=1.0, population_decay=1.0, prior_weight=1.0))
     rows.observe(["a", "b"], _sampler_output([[5], [5]], K + 1), _metadata([3, 3]))  # both reject draft 0
     first = rows.rows(["a", "b"]).tolist()
     rows.observe(["a", "c"], _sampler_output([[5], [5]], 1), _metadata([0, 0]))  # b left, c took its slot
