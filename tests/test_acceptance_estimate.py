@@ -183,7 +183,9 @@ def test_evidence_ages_while_a_request_verifies_nothing() -> None:
 def _trials_until_dropped(trial_decay: float, history: int = 100, below: float = 0.3) -> int:
     """A request accepted at position 0 for ``history`` steps, then rejected every step: its trials until its
     estimate falls below ``below`` (the population alone keeps a high prior: it saw mostly successes)."""
-    est = AcceptanceEstimator(1, 1, decay=0.97, trial_decay=trial_decay, population_decay=1.0, prior_weight=0.5)
+    est = AcceptanceEstimator(
+        1, 1, decay=0.97, trial_decay=trial_decay, population_decay=1.0, prior_weight=0.5
+    )
     one = _ids([0])
     for _ in range(history):
         est.observe(one, _ids([1]), _ids([1]))
@@ -210,7 +212,9 @@ def test_time_ageing_does_not_touch_the_rows_a_step_verified_twice() -> None:
     est.observe(_ids([0, 1, 2]), _ids([2, 2, 2]), _ids([2, 2, 2]))
     before = est.hits.clone()
     population = est.population.clone()
-    est.observe(_ids([0, 2]), _ids([1, 0]), _ids([0, 0]))  # slot 0 rejects its one draft, slot 2 verified none
+    est.observe(
+        _ids([0, 2]), _ids([1, 0]), _ids([0, 0])
+    )  # slot 0 rejects its one draft, slot 2 verified none
     torch.testing.assert_close(est.hits, before * torch.tensor([[0.9 * 0.5], [0.9], [0.9]]))
     torch.testing.assert_close(est.trials[0], torch.tensor([0.9 * 0.5 + 1.0, 0.9 * 0.5]))
     torch.testing.assert_close(est.population, population + torch.tensor([[0.0, 0.0], [1.0, 0.0]]))

@@ -37,7 +37,9 @@ def _controller(target: dict) -> BudgetController:
 
 def _verifier(target: dict, slots: int = 8) -> DynamicVerifier:
     verifier = DynamicVerifier(_controller(target), None, backend="reference")
-    verifier.estimate = EstimateRows(AcceptanceEstimator(slots, K, decay=1.0, trial_decay=1.0, prior_weight=1.0), backend="reference")
+    verifier.estimate = EstimateRows(
+        AcceptanceEstimator(slots, K, decay=1.0, trial_decay=1.0, prior_weight=1.0), backend="reference"
+    )
     return verifier
 
 
@@ -130,7 +132,9 @@ def test_drafter_scores_are_combined_with_the_requests_record() -> None:
 
 
 def test_a_request_new_to_the_batch_starts_from_the_prior() -> None:
-    rows = EstimateRows(AcceptanceEstimator(2, K, decay=1.0, trial_decay=1.0, population_decay=1.0, prior_weight=1.0))
+    rows = EstimateRows(
+        AcceptanceEstimator(2, K, decay=1.0, trial_decay=1.0, population_decay=1.0, prior_weight=1.0)
+    )
     rows.observe(["a", "b"], _sampler_output([[5], [5]], K + 1), _metadata([3, 3]))  # both reject draft 0
     first = rows.rows(["a", "b"]).tolist()
     rows.observe(["a", "c"], _sampler_output([[5], [5]], 1), _metadata([0, 0]))  # b left, c took its slot
