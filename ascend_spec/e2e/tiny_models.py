@@ -44,6 +44,7 @@ class TinyModels:
     mtp: bool  # the target checkpoint carries an MTP head (method "mtp" drafts from the target path)
     hybrid: bool
     dspark: Path | None = None  # a Qwen3DSparkModel drafter (Markov + confidence heads)
+    eagle3: Path | None = None  # an EAGLE-3 drafter (dense targets only)
 
 
 def _save_json(path: Path, data: dict) -> None:
@@ -257,6 +258,83 @@ def _dspark_drafter(out: Path, *, target_layers: list[int], seed: int) -> None:
     _save_json(out / "config.json", cfg)
 
 
+# EAGLE-3 drafters: the target layers whose hidden states feed the drafter's fc (vLLM's aux-hidden-state numbering:
+# 0 = the embeddings, n = after layer n-1, so 2 = after the tiny dense target's last layer), the size of the
+# drafter's own vocabulary, and the scale of its attention and MLP output projections (small: they run but
+# barely move the residual stream).
+EAGLE3_AUX_LAYERS = [0, 1, 2]
+EAGLE3_DRAFT_VOCAB = 128
+EAGLE3_WRITE_SCALE = 5e-4
+
+
+def _eagle3_drafter(out: Path, *, target: Path, seed: int) -> None:
+    """A one-layer EAGLE-3 drafter in the common checkpoint layout (``LlamaForCausalLMEagle3``): ``midlayer.*``
+    (a Llama decoder layer whose q/k/v read [embedding, hidden], 2 x hidden wide, plus ``hidden_norm``), ``fc``
+    over the target's aux hidden states, ``norm``, and its own lm_head over a reduced draft vocabulary with
+    ``d2t`` (target id - draft id, per draft id) and ``t2d`` (which target ids it holds); the embeddings are the
+    target's. Random weights, arranged so requests differ in acceptance: fc passes the last aux layer (the
+    target's hidden state before its final norm, which chose the token just emitted) into the residual stream,
+    attention and MLP add little, and the lm_head rows are the target's: every draft is ~the token the target
+    just emitted, right where the target repeats a token and wrong elsewhere. The draft vocabulary holds every
+    token with a non-zero target lm_head row (all of a low-entropy target's choices) plus random ones."""
+    from safetensors.torch import load_file, save_file
+    from transformers import LlamaConfig
+
+    head = load_file(str(target / "model.safetensors"))["lm_head.weight"]
+    g = torch.Generator().manual_seed(seed + 20)
+    used = torch.nonzero(head.float().abs().sum(dim=1)).flatten().tolist()[:EAGLE3_DRAFT_VOCAB]
+    taken = set(used)
+    rest = [i for i in torch.randperm(VOCAB_SIZE, generator=g).tolist() if i not in taken]
+    ids = torch.tensor(sorted(used + rest[: EAGLE3_DRAFT_VOCAB - len(used)]), dtype=torch.int64)
+    h, heads, kv_heads, head_dim, inter = HIDDEN_SIZE, 4, 2, 32, 256
+
+    def w(rows: int, cols: int, scale: float = 0.05) -> torch.Tensor:
+        return (torch.randn(rows, cols, generator=g) * scale).to(torch.bfloat16)
+
+    fc = w(h, h * len(EAGLE3_AUX_LAYERS), EAGLE3_WRITE_SCALE).float()
+    fc[:, -h:] += torch.eye(h)  # the last aux layer (the target's final hidden state) passes through
+    ones = torch.ones(h, dtype=torch.bfloat16)
+    state = {
+        "midlayer.self_attn.q_proj.weight": w(heads * head_dim, 2 * h),
+        "midlayer.self_attn.k_proj.weight": w(kv_heads * head_dim, 2 * h),
+        "midlayer.self_attn.v_proj.weight": w(kv_heads * head_dim, 2 * h),
+        "midlayer.self_attn.o_proj.weight": w(h, heads * head_dim, EAGLE3_WRITE_SCALE),
+        "midlayer.mlp.gate_proj.weight": w(inter, h),
+        "midlayer.mlp.up_proj.weight": w(inter, h),
+        "midlayer.mlp.down_proj.weight": w(h, inter, EAGLE3_WRITE_SCALE),
+        "midlayer.input_layernorm.weight": ones.clone(),
+        "midlayer.post_attention_layernorm.weight": ones.clone(),
+        "midlayer.hidden_norm.weight": ones.clone(),
+        "fc.weight": fc.to(torch.bfloat16),
+        "norm.weight": ones.clone(),
+        "lm_head.weight": head[ids].clone(),
+        "d2t": ids - torch.arange(len(ids)),
+        "t2d": torch.isin(torch.arange(VOCAB_SIZE), ids),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = LlamaConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=h,
+        intermediate_size=inter,
+        num_hidden_layers=1,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+        architectures=["LlamaForCausalLMEagle3"],
+    )
+    cfg = config.to_dict()
+    cfg.update(
+        draft_vocab_size=EAGLE3_DRAFT_VOCAB,
+        target_hidden_size=h,
+        eagle_config={"eagle_aux_hidden_state_layer_ids": EAGLE3_AUX_LAYERS, "use_aux_hidden_state": True},
+    )
+    _save_json(out / "config.json", cfg)
+
+
 def _make_constant(path: Path, norm: str) -> None:
     """Rewrite a dense target or a drafter checkpoint so it always picks CONSTANT_TOKEN (module docstring)."""
     from safetensors.torch import load_file, save_file
@@ -313,8 +391,9 @@ def make_tiny_models(
     seed: int = 0,
     qwen3_next: bool = False,
 ) -> TinyModels:
-    """Write a target (Qwen3, the Qwen3.5 hybrid, or with ``qwen3_next`` a Qwen3-Next hybrid) and a DFlash
-    drafter for it under ``root``; reuse them if they already exist (same arguments, same files)."""
+    """Write a target (Qwen3, the Qwen3.5 hybrid, or with ``qwen3_next`` a Qwen3-Next hybrid) and its DFlash and
+    DSpark drafters (and, for the dense target, an EAGLE-3 drafter) under ``root``; reuse them if they already
+    exist (same arguments, same files)."""
     if constant and (hybrid or low_entropy):
         raise ValueError(
             "constant=True makes a dense target of its own; it takes neither hybrid nor low_entropy"
@@ -349,6 +428,15 @@ def make_tiny_models(
             _make_constant(dspark / "model.safetensors", "norm.weight")
             _set_confidence_logit(dspark / "model.safetensors", CONSTANT_CONFIDENCE_LOGIT)
         (dspark / "done").write_text("ok")
+    eagle3 = None if hybrid else base / "eagle3"
+    if eagle3 is not None and not (eagle3 / "done").exists():
+        _eagle3_drafter(eagle3, target=target, seed=seed)
+        (eagle3 / "done").write_text("ok")
     return TinyModels(
-        target=target, dflash=dflash, mtp=hybrid and not qwen3_next, hybrid=hybrid, dspark=dspark
+        target=target,
+        dflash=dflash,
+        mtp=hybrid and not qwen3_next,
+        hybrid=hybrid,
+        dspark=dspark,
+        eagle3=eagle3,
     )
