@@ -32,6 +32,12 @@ def speculative(method: str, models: TinyModels, k: int = K) -> dict:
         }
     if method == "dflash":
         return {"method": "dflash", "model": str(models.dflash), "num_speculative_tokens": k}
+    if method == "eagle3":
+        if models.eagle3 is None:
+            raise ValueError(
+                f"speculative('eagle3') needs a dense target's set; {models.target} has no EAGLE-3 drafter"
+            )
+        return {"method": "eagle3", "model": str(models.eagle3), "num_speculative_tokens": k}
     return {"method": "mtp", "num_speculative_tokens": k}
 
 

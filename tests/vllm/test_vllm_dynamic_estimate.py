@@ -1,6 +1,6 @@
 """Dynamic verification planned on the online acceptance estimate: its V1 wiring without an engine (the sampler's
 device output as evidence, ngram's ragged host lists as available drafts, DFlash/DSpark scores combined), and in
-vLLM's CPU engine for ngram, draft_model and MTP (sync scheduling) and DFlash combined with it (async
+vLLM's CPU engine for ngram, draft_model, EAGLE-3 and MTP (sync scheduling) and DFlash combined with it (async
 scheduling): lossless against plain decoding of the same engine, ragged per-request lengths, at most one host
 copy per step."""
 
@@ -240,6 +240,32 @@ def test_draft_model_planned_on_the_estimate_matches_plain(
     assert_matches_plain(plain_dense, ours, allow_ties=False)
     _check_estimate_steps(ours.dynamic, "estimate", staged=False)
     assert 0 < ours.num_accepted == ours.num_draft_tokens  # the target's own drafts
+
+
+@pytest.mark.slow
+def test_eagle3_planned_on_the_estimate_matches_plain(
+    engine_dir, tmp_path, dense_low_entropy, plain_dense
+) -> None:
+    """EAGLE-3 (V1's EagleProposer on the target's aux hidden states, through the drafter's reduced vocabulary;
+    tiny_models' drafter drafts the token the target just emitted): ragged lengths planned on the estimate, one
+    host copy per planned step, the output plain decoding's. Its drafts pass where the target repeats a token and
+    fail elsewhere, so the estimate tells requests apart: one whose drafts all fail verifies fewer drafts per
+    verify step than one whose drafts all pass."""
+    ours = run(
+        engine_dir,
+        dense_low_entropy,
+        speculative=speculative("eagle3", dense_low_entropy),
+        plugin=_plugin(_profile(tmp_path / "step.json")),
+        env=ONE_OMP_THREAD,
+    )
+    assert_matches_plain(plain_dense, ours, allow_ties=False)
+    _check_estimate_steps(ours.dynamic, "estimate", staged=False)
+    assert 0 < ours.num_accepted < ours.num_draft_tokens
+    # drafts per verify step of the requests whose drafts all passed / all failed ([steps, drafts, accepted])
+    rows = ours.request_drafts
+    passing = [d / n for n, d, a in rows if n and a == d]
+    failing = [d / n for n, d, a in rows if n and a == 0]
+    assert passing and failing and max(failing) < min(passing), rows
 
 
 @pytest.mark.slow
