@@ -198,6 +198,17 @@ def plain_dense(engine_dir, dense_low_entropy):
     return run(engine_dir, dense_low_entropy, env=ONE_OMP_THREAD)
 
 
+def _planned_on_estimate(engine_dir, tmp_path, models, spec: dict):  # noqa: ANN001, ANN202
+    """One dense engine with ``spec``'s drafter planned on the estimate (the step-cost profile, one thread)."""
+    return run(
+        engine_dir,
+        models,
+        speculative=spec,
+        plugin=_plugin(_profile(tmp_path / "step.json")),
+        env=ONE_OMP_THREAD,
+    )
+
+
 @pytest.mark.slow
 def test_ngram_planned_on_the_estimate_matches_plain(
     engine_dir, tmp_path, dense_low_entropy, plain_dense
@@ -206,12 +217,8 @@ def test_ngram_planned_on_the_estimate_matches_plain(
     planner verifies ragged lengths, never more than a request has: the output is plain decoding's, with one
     host copy per planned step. (ngram's drafts on this low-entropy target are all accepted, so the
     population's rate stays at 1; vLLM runs host ngram under sync scheduling only.)"""
-    ours = run(
-        engine_dir,
-        dense_low_entropy,
-        speculative=speculative("ngram", dense_low_entropy),
-        plugin=_plugin(_profile(tmp_path / "step.json")),
-        env=ONE_OMP_THREAD,
+    ours = _planned_on_estimate(
+        engine_dir, tmp_path, dense_low_entropy, speculative("ngram", dense_low_entropy)
     )
     assert_matches_plain(plain_dense, ours, allow_ties=False)
     _check_estimate_steps(ours.dynamic, "estimate", staged=False)
@@ -230,13 +237,7 @@ def test_draft_model_planned_on_the_estimate_matches_plain(
     for itself, so every draft is accepted): ragged lengths planned on the estimate, one host copy per planned
     step, the output plain decoding's."""
     spec = {"method": "draft_model", "model": str(dense_low_entropy.target), "num_speculative_tokens": K}
-    ours = run(
-        engine_dir,
-        dense_low_entropy,
-        speculative=spec,
-        plugin=_plugin(_profile(tmp_path / "step.json")),
-        env=ONE_OMP_THREAD,
-    )
+    ours = _planned_on_estimate(engine_dir, tmp_path, dense_low_entropy, spec)
     assert_matches_plain(plain_dense, ours, allow_ties=False)
     _check_estimate_steps(ours.dynamic, "estimate", staged=False)
     assert 0 < ours.num_accepted == ours.num_draft_tokens  # the target's own drafts
@@ -251,12 +252,8 @@ def test_eagle3_planned_on_the_estimate_matches_plain(
     host copy per planned step, the output plain decoding's. Its drafts pass where the target repeats a token and
     fail elsewhere, so the estimate tells requests apart: one whose drafts all fail verifies fewer drafts per
     verify step than one whose drafts all pass."""
-    ours = run(
-        engine_dir,
-        dense_low_entropy,
-        speculative=speculative("eagle3", dense_low_entropy),
-        plugin=_plugin(_profile(tmp_path / "step.json")),
-        env=ONE_OMP_THREAD,
+    ours = _planned_on_estimate(
+        engine_dir, tmp_path, dense_low_entropy, speculative("eagle3", dense_low_entropy)
     )
     assert_matches_plain(plain_dense, ours, allow_ties=False)
     _check_estimate_steps(ours.dynamic, "estimate", staged=False)
