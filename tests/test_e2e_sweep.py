@@ -18,6 +18,7 @@ from ascend_spec.e2e.sweep import (
     format_summary,
     format_sweep,
     pinned_cpus,
+    plot_points,
     plot_sweep,
     replica_order,
     summarize_sweep,
@@ -79,6 +80,20 @@ def test_plot_is_written(tmp_path) -> None:  # noqa: ANN001
 
 def _row(b: int, mode: str, replicas: list[float]) -> SweepRow:
     return SweepRow(b, mode, _run(int(max(replicas)), 1.0), replicas)
+
+
+def test_the_plot_draws_each_modes_fastest_replica_over_its_slowest_sorted_by_batch() -> None:
+    rows = [
+        _row(8, "plain", [790.0, 800.0]),
+        _row(1, "plain", [100.0, 90.0]),
+        _row(1, "dynamic", [120.0]),
+        SweepRow(8, "dynamic", EngineRun(error="RuntimeError: boom")),
+        SweepRow(4, "plain", _run(400, 1.0)),  # no replica list: the run alone is both ends
+    ]
+    assert plot_points(rows) == {
+        "plain": [(1, 100.0, 90.0), (4, 400.0, 400.0), (8, 800.0, 790.0)],
+        "dynamic": [(1, 120.0, 120.0)],
+    }
 
 
 def test_replicas_give_each_row_its_spread_and_each_comparison_its_noise_and_verdict() -> None:

@@ -55,6 +55,7 @@ import json
 import math
 import os
 import tempfile
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -310,24 +311,41 @@ def format_sweep(rows: list[SweepRow]) -> str:
     return "\n".join(out)
 
 
+def plot_points(rows: list[SweepRow]) -> dict[str, list[tuple[int, float, float]]]:
+    """Per mode, ``(batch, fastest, slowest replica's tokens/s)`` by batch size; rows that failed are left out."""
+    modes: dict[str, list[tuple[int, float, float]]] = {}
+    for row in rows:
+        if not row.run.error:
+            fastest = row.run.tokens_per_second
+            slowest = min(row.replica_tps, default=fastest)
+            modes.setdefault(row.mode, []).append((row.batch, fastest, slowest))
+    for points in modes.values():
+        points.sort()
+    return modes
+
+
 def plot_sweep(rows: list[SweepRow], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    modes: dict[str, list[tuple[int, float]]] = {}
-    for row in rows:
-        if not row.run.error:
-            modes.setdefault(row.mode, []).append((row.batch, row.run.tokens_per_second))
+    modes = plot_points(rows)
     fig, ax = plt.subplots(figsize=(6, 4), dpi=80)
-    for mode, points in modes.items():
-        points.sort()
+    batches = sorted({b for points in modes.values() for b, _, _ in points})
+    gap = min((hi - lo for lo, hi in zip(batches, batches[1:])), default=1)
+    for i, (mode, points) in enumerate(modes.items()):
         style = "-o" if mode in ("plain", "dynamic") else "--."
-        ax.plot([b for b, _ in points], [t for _, t in points], style, label=mode)
-    ax.set_xlabel("batch size (concurrent requests)")
-    ax.set_ylabel("tokens/s")
-    ax.set_title(title, fontsize=9)
+        (line,) = ax.plot([b for b, _, _ in points], [t for _, t, _ in points], style, label=mode)
+        # The replicas' range under each point (the fastest is plotted), side by side: the run's noise.
+        dodge = gap * 0.04 * (i - (len(modes) - 1) / 2)
+        ax.vlines(
+            [b + dodge for b, _, _ in points], [lo for _, _, lo in points], [t for _, t, _ in points],
+            colors=line.get_color(), alpha=0.6, linewidth=2,
+        )  # fmt: skip
+    ax.set_xlabel("batch size (concurrent requests); bars: slowest to fastest replica")
+    ax.set_ylabel("tokens/s (fastest replica)")
+    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
