@@ -158,8 +158,8 @@ def test_gated_delta_rule_any_layout_and_slot(backend, checks, data):
         name: place(t, draw_layout(draw, t.dim()), name)
         for name, t in (("q", q), ("k", k), ("v", v), ("g", g), ("beta", beta))
     }
-    # Slots dense [HV, Dk, Dv], or (not on AscendC) vLLM's GPU layout: dense [HV, Dv, Dk] viewed transposed.
-    pool_layout = draw_state_pool_layout(draw, value_major=backend != "ascendc")
+    # Slots dense [HV, Dk, Dv], or vLLM's and vllm-ascend's layout: dense [HV, Dv, Dk] viewed transposed.
+    pool_layout = draw_state_pool_layout(draw, value_major=True)
     pool_p = place(pool, pool_layout, "state_pool")
     got_pool = pool_p.view
     if draw(st.booleans()):  # slots apart in a wider pool: only the slot stride differs

@@ -208,8 +208,8 @@ def test_session_matches_fla(backend, dtype, l2norm, scale):
     sess.flush(list(range(sess.S)))
 
 
-# Backends that take the value-major pool (vLLM's GPU layout); AscendC refuses it (test_verify_gated_delta_rule_errors).
-VALUE_MAJOR_BACKENDS = ("reference", "triton", "cpu")
+# Every backend takes the value-major pool (vLLM's and vllm-ascend's layout); AscendC on the host model.
+VALUE_MAJOR_BACKENDS = ("reference", "triton", "cpu", "ascendc")
 
 
 @pytest.mark.parametrize("backend", VALUE_MAJOR_BACKENDS)
@@ -337,16 +337,20 @@ def test_records_nbytes_and_layout():
     assert 16 * state / (state + per_slot) >= 8
 
 
-@pytest.mark.parametrize("reverse,soc", [(True, "ascend910b3"), (False, "ascend910_9391")])
-def test_ascendc_block_order_and_socs(reverse, soc, monkeypatch):
-    """Host model: blocks run last-to-first / other core counts; records are owned, so results do not change."""
+@pytest.mark.parametrize(
+    "reverse,soc,value_major",
+    [(True, "ascend910b3", False), (False, "ascend910_9391", True), (True, None, True)],
+)
+def test_ascendc_block_order_and_socs(reverse, soc, value_major, monkeypatch):
+    """Host model: blocks run last-to-first / other core counts; records are owned, so results do not change.
+    Odd Dk and Dv (masked rows, a partial value tile) in either slot layout."""
     from ascend_spec.gdn.verify_gated_delta_rule import ascendc as mod
 
     monkeypatch.setattr(mod, "REVERSE_BLOCKS", reverse)
     monkeypatch.setattr(mod, "SOC", soc)
     rng = random.Random(21)
     sess = Session(rng, backend="ascendc", oracle=hf_oracle, dtype=torch.bfloat16, L=18, l2norm=True,
-                   scale=None, **SHAPES["odd"])  # fmt: skip
+                   scale=None, value_major=value_major, **SHAPES["odd"])  # fmt: skip
     sess.step({0: 17, 3: 2, 4: 0, 1: 5}, n_pad=1)
     sess.step({3: 1, 0: 6, 2: 3}, n_pad=1)
     sess.flush(list(range(sess.S)))
@@ -378,6 +382,25 @@ def test_ascendc_full_size_head_in_unified_buffer():
         sess.flush([0, 1, 2])
         out[backend] = sess.pool
     torch.testing.assert_close(out["ascendc"], out["reference"], rtol=1e-4, atol=1e-4)
+
+
+def test_ascendc_value_major_pool_over_several_value_tiles():
+    """Value-major slots when one unit holds a part of Dv (Dk = 256 shrinks the value tile below Dv = 200): each
+    tile's rows start at v0 * Dk; the committed states land in the caller's [S, HV, Dv, Dk] buffer."""
+    from ascend_spec.gdn.verify_gated_delta_rule import ascendc as mod
+
+    assert mod.tiling(2, 1, 1, 256, 200, torch.float32)["tile_v"] < 200
+    rng = random.Random(8)
+    sess = Session(rng, backend="ascendc", oracle=hf_oracle, dtype=torch.float32, L=6, l2norm=True, scale=None,
+                   value_major=True, S=3, H=1, HV=1, DK=256, DV=200)  # fmt: skip
+    buffer = sess.pool.transpose(-1, -2)
+    sess.step({2: 5, 0: 2}, n_pad=1)
+    sess.step({2: 1, 1: 3, 0: 4}, n_pad=0)
+    sess.flush([0, 1, 2])
+    for s_ in range(sess.S):
+        torch.testing.assert_close(
+            buffer[s_].double(), sess.committed[s_].transpose(-1, -2), rtol=1e-4, atol=1e-4
+        )
 
 
 def test_bench_case_quick(capsys):

@@ -7,7 +7,6 @@ import re
 import pytest
 import torch
 
-from ascend_spec.backend import BackendUnavailableError
 from ascend_spec.gdn import allocate_records, flush_pending, verify_gated_delta_rule
 
 T, H, HV, DK, DV, S, L = 5, 1, 2, 8, 4, 3, 4
@@ -146,23 +145,32 @@ def test_value_major_pool_accepted_by_the_checks():
 
 
 @pytest.mark.parametrize("op", ["verify", "flush"])
-def test_ascendc_refuses_value_major_pool(op):
-    """The AscendC kernel reads [HV, Dk, Dv] slots only: a clear error naming the layout, nothing written."""
-    torch.manual_seed(0)
-    pool = torch.randn(S, HV, DV, DK).transpose(2, 3)
-    rec = allocate_records(S, L, HV, DK, DV, num_k_heads=H)
-    call(state_pool=pool, records=rec, backend="reference")  # slots 0 and 2 record 2 and 3 tokens
-    before = [t.clone() for t in (pool, *rec.tensors())]
-    pending = torch.tensor([2, 1], dtype=torch.int32)
-    match = r"backend 'ascendc' takes state_pool slots \[HV, Dk, Dv\] contiguous only; got the transposed \[HV, Dv, Dk\]"
-    with pytest.raises(BackendUnavailableError, match=match):
+def test_ascendc_takes_value_major_pool_like_the_reference(op):
+    """The AscendC kernel reads and writes value-major slots in place (a replay of pending records, then this
+    call's tokens or the flush): the same state, outputs and records as the reference on the same buffer."""
+    results = {}
+    for backend in ("reference", "ascendc"):
+        torch.manual_seed(0)
+        pool = torch.randn(S, HV, DV, DK).transpose(2, 3)
+        rec = allocate_records(S, L, HV, DK, DV, num_k_heads=H)
+        call(state_pool=pool, records=rec, backend="reference")  # slots 0 and 2 record 2 and 3 tokens
+        pending = torch.tensor([2, 1], dtype=torch.int32)
         if op == "verify":
-            call(state_pool=pool, records=rec, pending=pending, backend="ascendc")
+            o = call(state_pool=pool, records=rec, pending=pending, backend=backend)
         else:
-            flush_pending(pool, torch.tensor([0, 2], dtype=torch.int32), rec, pending, backend="ascendc")
-    for b, t in zip(before, (pool, *rec.tensors())):
-        assert torch.equal(b, t)
-    assert pending.tolist() == [2, 1]
+            o = flush_pending(pool, torch.tensor([0, 2], dtype=torch.int32), rec, pending, backend=backend)
+        assert pool.stride()[1:] == (DK * DV, 1, DK)  # still the caller's buffer
+        # The live records: each slot's first num_recorded tokens of its current bank (the rest is scratch).
+        live = [
+            (rec.k[s, b, :n], rec.g[s, b, :n], rec.u[s, :n])
+            for s, (b, n) in enumerate(zip(rec.bank.tolist(), rec.num_recorded.tolist()))
+        ]
+        results[backend] = (o, pool, rec.bank, rec.num_recorded, *(t for parts in live for t in parts))
+    for got, want in zip(results["ascendc"], results["reference"], strict=True):
+        if want is None:
+            assert got is None
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_bad_input_writes_nothing():

@@ -535,8 +535,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         name="npu_gdn_layer",
         target="vllm_ascend.ops.gdn.AscendGatedDeltaNetAttention._forward_core",
         what="GDN speculative rows verified with verify_causal_conv1d + verify_gated_delta_rule on one state "
-        "slot of vllm-ascend's value-major state (transposed view; backend 'reference' on an NPU until the "
-        "AscendC kernel takes that layout), between the KV-pool hooks vllm-ascend's _forward_core calls (wait_for_kv_layer_from_"
+        "slot of vllm-ascend's value-major state (transposed view, which the AscendC kernels take in place; "
+        "backend 'reference' on an NPU without the built extension), between the KV-pool hooks vllm-ascend's _forward_core calls (wait_for_kv_layer_from_"
         "connector and record_attention_compute_start before, maybe_save_kv_layer_to_connector after); rows "
         "without drafts run vllm-ascend's _forward_core",
         why="vllm-ascend keeps 1+K state slots per request and skips GDN sequences longer than 16",

@@ -4,9 +4,10 @@
 // Semantics: ascend_spec/gdn/verify_gated_delta_rule/ (the reference is the oracle); design: docs/verify_gated_delta_rule.md.
 //
 // Work split: a unit is (row, value head hv, value tile); vector core c owns units [c * unitsPerCore, ...). A unit
-// keeps the state tile S[slot, hv, :, v0:v0+tileV] in the Unified Buffer for the whole unit, transposed to
-// [tileV, dkP] (row v holds S[:, v]; Gather transposes on load and store): one state read, one state write (only
-// when something was pending).
+// keeps the state tile S[slot, hv, :, v0:v0+tileV] in the Unified Buffer for the whole unit, as [tileV, dkP] (row v
+// holds S[:, v]): one state read, one state write (only when something was pending). Key-major slots ([HV, Dk, Dv])
+// arrive as tileV-wide pieces of Dk rows and Gather transposes them on load and store; value-major slots
+// ([HV, Dv, Dk] stored, vllm-ascend's and vLLM's layout) already hold the tile's rows: one strided DMA each way.
 // Ownership: u records of (slot, hv, tile) are read and rewritten only by this unit; every replay load precedes
 // (MTE2 -> V -> MTE3 events) the stores of this call's u. k (per k-head) and g (per value head) are shared by
 // several units, so this call writes them into bank 1 - bank[slot], which no unit of the launch reads, and only
@@ -141,7 +142,7 @@ private:
         nRep = Max64(Min64(nRep, t_.maxTokens), 0);
         if (t_.mode == kModeFlush && nRep == 0) return;  // flush: nothing pending
         const int64_t h = hv / (t_.numVHeads / t_.numHeads);
-        const uint64_t stateOff = static_cast<uint64_t>(slot * t_.poolStride + hv * t_.dk * t_.dv + v0);
+        const uint64_t stateOff = StateOffset(slot, hv, v0);
 
         Sync<AscendC::HardEvent::V_MTE2>();     // the previous unit's vector ops are done with the state tile
         Sync<AscendC::HardEvent::MTE3_MTE2>();  // and its stores have left it
@@ -191,9 +192,21 @@ private:
         blkOff_ = blkOffBuf_.Get<uint32_t>();
     }
 
-    // The state tile S[:, v0:v0+tv] (GM rows of Dv) -> staging [Dk, tileV] -> s_ [tileV, dkP] by Gather.
+    // GM element where the state tile of (slot, hv) from value column v0 starts: in key-major slots column v0 of
+    // the first of Dk rows of Dv; in value-major ones row v0 of Dv rows of Dk.
+    __aicore__ inline uint64_t StateOffset(int64_t slot, int64_t hv, int64_t v0) const {
+        return static_cast<uint64_t>(slot * t_.poolStride + hv * t_.dk * t_.dv + (t_.valueMajor ? v0 * t_.dk : v0));
+    }
+
+    // The state tile S[:, v0:v0+tv] -> s_ [tileV, dkP]: value-major, its tv GM rows of Dk straight into s_ rows;
+    // key-major, the GM rows of Dv -> staging [Dk, tileV] -> s_ by Gather.
     __aicore__ inline void LoadState(uint64_t stateOff, int64_t tv) {
         const int64_t tvp = t_.tileV, dkP = t_.dkP;
+        if (t_.valueMajor) {
+            LoadRows(s_, pool_[stateOff], tv, t_.dk, t_.dk, dkP);
+            Sync<AscendC::HardEvent::MTE2_V>();
+            return;
+        }
         LoadRows(tmp_, pool_[stateOff], t_.dk, tv, t_.dv, tvp);
         Sync<AscendC::HardEvent::MTE2_V>();
         for (int64_t v0 = 0; v0 < tvp; v0 += kTransposeRows) {
@@ -202,9 +215,14 @@ private:
         }
     }
 
-    // s_ [tileV, dkP] -> staging [Dk, tileV] by Gather -> the state tile in GM.
+    // s_ [tileV, dkP] -> the state tile in GM: value-major, its first tv rows straight out; key-major, staging
+    // [Dk, tileV] by Gather, then the GM rows of Dv.
     __aicore__ inline void StoreState(uint64_t stateOff, int64_t tv) {
         const int64_t tvp = t_.tileV;
+        if (t_.valueMajor) {
+            StoreRows(pool_[stateOff], s_, tv, t_.dk, t_.dk, t_.dkP);
+            return;
+        }
         for (int64_t i0 = 0; i0 < t_.dk; i0 += kTransposeRows) {
             const int64_t rows = Min64(kTransposeRows, t_.dk - i0);
             AscendC::Gather(tmp_[static_cast<uint32_t>(i0 * tvp)], s_, storeOff_, static_cast<uint32_t>(i0 * 4),

@@ -19,7 +19,7 @@ struct VerifyGatedDeltaRuleArgs {
     void *cu;             // [B+1] int32 cu_seqlens
     void *idx;            // [B] int32 state_indices (-1 = padding row)
     void *pending;        // [B] int32
-    void *pool;           // [S, HV, Dk, Dv] fp32 state pool
+    void *pool;           // [S, HV, Dk, Dv] fp32 state pool (slots stored as valueMajor says)
     void *recK;           // GDNRecords (ascend_spec/gdn/records.py)
     void *recG;
     void *recU;
@@ -37,6 +37,7 @@ struct VerifyGatedDeltaRuleArgs {
     int64_t poolStride;   // elements between state slots
     int64_t useL2norm;
     int64_t mode;         // KernelMode: kModeVerify or kModeFlush
+    int64_t valueMajor;   // 0: slots [HV, Dk, Dv] dense; 1: slots stored [HV, Dv, Dk] dense (vLLM's and vllm-ascend's)
     int64_t ubBytes;      // Unified Buffer of one vector core
     float scale;
 };
@@ -58,6 +59,7 @@ struct VerifyGdnTiling {
     int64_t unitsPerCore; // (row, value head, value tile) units per vector core
     int64_t useL2norm;
     int64_t mode;         // KernelMode: kModeVerify or kModeFlush
+    int64_t valueMajor;   // slot layout, as in VerifyGatedDeltaRuleArgs
     float scale;
     uint32_t blockDim;    // vector cores launched
 };
@@ -65,7 +67,7 @@ struct VerifyGdnTiling {
 namespace ascend_spec {
 
 // Floats of VerifyGdn's scratch tile: the per-row products of a state pass ([tileV, dkP]), the staging of the
-// transposing state load/store ([Dk, tileV]) and the squares of a chunk's q and k rows ([2 tileT, dkP]).
+// transposing state load/store of key-major slots ([Dk, tileV]; value-major slots need none, sized alike) and the squares of a chunk's q and k rows ([2 tileT, dkP]).
 inline int64_t VerifyGdnTmpElems(int64_t dk, int64_t dkP, int64_t tileV, int64_t tileT) {
     int64_t n = tileV * dkP;
     if (dk * tileV > n) n = dk * tileV;
@@ -106,6 +108,7 @@ inline VerifyGdnTiling ComputeVerifyGdnTiling(const VerifyGatedDeltaRuleArgs &a,
     t.poolStride = a.poolStride;
     t.useL2norm = a.useL2norm ? 1 : 0;
     t.mode = a.mode;
+    t.valueMajor = a.valueMajor ? 1 : 0;
     t.scale = a.scale;
     t.dkP = (dk + 15) / 16 * 16;
     const int64_t dvP = (dv + 15) / 16 * 16;

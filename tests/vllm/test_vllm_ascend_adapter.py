@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -198,6 +199,33 @@ def test_supported_vllm_ascend_is_patched(fake_tree, npu_vllm, isolated_plugin) 
     assert getattr(NPUModelRunner._get_drafter, "__ascend_spec_wrapped__", False)
     assert type(runner.drafter) is AscendSpecNPUDflashProposer
     assert op_registry_oot["QwenGatedDeltaNetAttention"] is AscendSpecNPUGDNAttention
+
+
+@pytest.mark.parametrize(
+    ("device_type", "extension_loaded", "want", "resolved"),
+    [
+        ("npu", True, "auto", "ascendc"),
+        ("npu", False, "reference", "reference"),
+        ("cpu", False, "auto", "cpu"),
+    ],
+)
+def test_npu_layer_verifies_value_major_state_with_ascendc_where_built(
+    device_type, extension_loaded, want, resolved, monkeypatch
+) -> None:
+    """vllm-ascend's value-major GDN state: on an NPU with the built extension the layer's "auto" resolves to the
+    AscendC kernels (which take that layout: test_verify_gated_delta_rule's value-major sessions); without it the
+    reference, since Triton does not compile that layout for Ascend; the emulated NPU's CPU tensors: native CPU."""
+    from ascend_spec import backend as backend_mod
+    from ascend_spec.vllm.ascend.gdn import npu_layer_backend
+
+    choice = npu_layer_backend(device_type, extension_loaded)
+    assert choice == want
+    monkeypatch.setattr(backend_mod, "ascendc_extension_loaded", lambda: extension_loaded)
+    monkeypatch.setattr(backend_mod, "host_compiler", lambda: "g++")
+    # torch.device("npu") needs torch_npu; _auto_backend reads only .type
+    device = types.SimpleNamespace(type=device_type)
+    got = choice if choice != "auto" else backend_mod._auto_backend(device, "verify_gated_delta_rule")
+    assert got == resolved
 
 
 @pytest.mark.parametrize("version", ["0.30.0rc1", "0.31.0", "0.19.2.dev1637+g182b75ea8"])

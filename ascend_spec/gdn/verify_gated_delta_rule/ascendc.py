@@ -20,7 +20,6 @@ import torch
 from ascend_spec.ascendc import host_model, npu_op
 from ascend_spec.ascendc.cost_model import Minimum, instructions_of, repeats_of
 from ascend_spec.ascendc.host_model import DTYPE_CODES
-from ascend_spec.backend import BackendUnavailableError
 from ascend_spec.gdn.protocol import KernelMode, padded_slots_int32
 from ascend_spec.gdn.verify_gated_delta_rule import GatedDeltaRuleArgs, is_value_major
 
@@ -30,7 +29,7 @@ _POINTERS = (
 )  # fmt: skip
 _INTS = (
     "xType", "numTokens", "numRows", "numHeads", "numVHeads", "dk", "dv", "numSlots", "maxTokens", "poolStride",
-    "useL2norm", "mode", "ubBytes",
+    "useL2norm", "mode", "valueMajor", "ubBytes",
 )  # fmt: skip
 KernelArgs = host_model.arguments_struct("VerifyGatedDeltaRuleArgs", _POINTERS, _INTS, floats=("scale",))
 # Tests flip these: run the host model's blocks last-to-first (exposes cross-core order dependence) / other SoCs.
@@ -65,14 +64,9 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
     """A verify call (outputs into ``out``) or the flush (``KernelMode.FLUSH``); pending is zeroed by the op."""
     verify = args.mode == KernelMode.VERIFY
     records, pool = args.records, args.state_pool
-    if is_value_major(
-        pool
-    ):  # the kernel copies in Dv-contiguous [Dk, tileV] rows (slot stride only) and transposes
-        raise BackendUnavailableError(
-            f"{'verify_gated_delta_rule' if verify else 'flush_pending'}: backend 'ascendc' takes state_pool slots "
-            f"[HV, Dk, Dv] contiguous only; got the transposed [HV, Dv, Dk] layout (vLLM's GPU layout, strides "
-            f"{pool.stride()}); use backend 'triton' or 'reference', or a [HV, Dk, Dv] pool (vllm-ascend's layout)"
-        )
+    # Value-major slots (the [S, HV, Dk, Dv] view of dense [HV, Dv, Dk] slots, vllm-ascend's and vLLM's layout): the
+    # kernel reads and writes their storage, [S, HV, Dv, Dk], whose Dk rows are the rows of its state tile.
+    value_major = is_value_major(pool)
     rec = (records.k, records.g, records.u, records.bank, records.num_recorded)
     idx32, pend32 = padded_slots_int32(args.state_indices, pool.shape[0]), _i32(args.pending)
     if verify:
@@ -101,13 +95,13 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
     cu = cu32 if verify else None
     num_slots, hv, dk, dv = pool.shape
     ptr = host_model.tensor_ptr
-    with host_model.written_in_place(pool) as work:
+    with host_model.written_in_place(pool.transpose(-1, -2) if value_major else pool) as work:
         kernel_args = KernelArgs(
             ptr(q), ptr(k), ptr(v), ptr(g), ptr(beta), ptr(out if verify else None), ptr(cu), ptr(idx32),
             ptr(pend32), ptr(work), *(ptr(t) for t in rec),
             DTYPE_CODES[v.dtype if v is not None else torch.float32], 0 if q is None else q.shape[0], idx32.shape[0],
             records.num_k_heads, hv, dk, dv, num_slots, records.max_tokens_per_step, work.stride(0),
-            args.use_qk_l2norm, int(args.mode), spec.ub_bytes, args.scale,
+            args.use_qk_l2norm, int(args.mode), int(value_major), spec.ub_bytes, args.scale,
         )  # fmt: skip
         tensors = [
             t

@@ -29,7 +29,19 @@ import dataclasses
 import torch
 from vllm.forward_context import get_forward_context
 
+from ascend_spec.backend import ascendc_extension_loaded
 from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
+
+
+def npu_layer_backend(device_type: str, extension_loaded: bool) -> str:
+    """What ``"auto"`` means for the NPU layer's verify pair. vllm-ascend keeps the GDN state value-major
+    (:meth:`AscendSpecNPUGDNAttention._ssm_pool`): on an NPU the AscendC kernels take that layout in place, the
+    Triton ones (``auto`` without the built extension) do not compile for it, so there the layer runs the
+    reference (correct, slow; build the extension). Elsewhere (the emulated NPU's CPU tensors) ``auto`` picks the
+    native CPU kernels, which take either layout."""
+    if device_type == "npu" and not extension_loaded:
+        return "reference"
+    return "auto"
 
 
 class AscendSpecNPUGDNAttention(AscendSpecGDNAttention):
@@ -38,12 +50,9 @@ class AscendSpecNPUGDNAttention(AscendSpecGDNAttention):
     def __init__(self, config, vllm_config, prefix: str = "", *args, **kwargs) -> None:  # noqa: ANN001
         super().__init__(config, vllm_config, prefix, *args, **kwargs)
         if self.ascend_spec is not None and self.ascend_spec.backend == "auto":
-            # The AscendC and Triton verify kernels take key-major [HV, Dk, Dv] slots on an NPU; vllm-ascend keeps
-            # the state value-major (_ssm_pool), which on an NPU only the reference backend reads. Elsewhere (the
-            # emulated NPU's CPU tensors) "auto" picks the native CPU kernels, which take either layout.
             from vllm.platforms import current_platform
 
-            backend = "reference" if current_platform.device_type == "npu" else "auto"
+            backend = npu_layer_backend(current_platform.device_type, ascendc_extension_loaded())
             self.ascend_spec = dataclasses.replace(self.ascend_spec, backend=backend)
 
     def _platform_supported(self) -> bool:
