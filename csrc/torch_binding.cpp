@@ -265,6 +265,17 @@ VerifyCausalConv1dArgs ConvStateArgs(at::Tensor &conv_state_pool, const at::Tens
     a.width = conv_state_pool.size(2) + 1;
     a.maxTokens = rec_x.size(1);
     a.numSlots = conv_state_pool.size(0);
+    // The slot layout from the view's strides: [C, W-1] dense, or the [C, W-1] view of dense [W-1, C] slots
+    // (vLLM's default conv layout, vllm-ascend's); slots may lie apart in a wider buffer.
+    const int64_t channels = a.channels, wm1 = a.width - 1;
+    const bool channelMajor = conv_state_pool.stride(1) == wm1 && conv_state_pool.stride(2) == 1;
+    const bool tokenMajor = conv_state_pool.stride(1) == 1 && conv_state_pool.stride(2) == channels;
+    TORCH_CHECK(channelMajor || tokenMajor,
+                "conv_state_pool slots must be [C, W-1] contiguous or the transpose of [W-1, C] contiguous slots "
+                "for the NPU kernel; got strides ",
+                conv_state_pool.strides());
+    a.poolStride = conv_state_pool.stride(0);
+    a.tokenMajor = channelMajor ? 0 : 1;
     a.mode = mode;
     a.ubBytes = UbBytes();
     return a;
@@ -275,7 +286,6 @@ at::Tensor npu_verify_causal_conv1d(const at::Tensor &x, const at::Tensor &weigh
                                     at::Tensor &conv_state_pool, const at::Tensor &state_indices, at::Tensor &rec_x,
                                     at::Tensor &num_recorded, const at::Tensor &pending, bool silu) {
     const c10_npu::OptionalNPUGuard device_guard(conv_state_pool.device());
-    TORCH_CHECK(conv_state_pool.is_contiguous(), "conv_state_pool must be contiguous for the NPU kernel");
     TORCH_CHECK(cu_seqlens.scalar_type() == at::kInt && state_indices.scalar_type() == at::kInt &&
                     cu_seqlens.is_contiguous() && state_indices.is_contiguous(),
                 "cu_seqlens and state_indices must be contiguous int32 for the NPU kernel");
@@ -302,8 +312,7 @@ at::Tensor npu_verify_causal_conv1d(const at::Tensor &x, const at::Tensor &weigh
 void npu_flush_conv_pending(at::Tensor &conv_state_pool, const at::Tensor &state_indices, const at::Tensor &rec_x,
                             at::Tensor &num_recorded, at::Tensor &pending, bool reset_pending) {
     const c10_npu::OptionalNPUGuard device_guard(conv_state_pool.device());
-    TORCH_CHECK(conv_state_pool.is_contiguous() && pending.is_contiguous(),
-                "conv_state_pool and pending must be contiguous for the NPU kernel");
+    TORCH_CHECK(pending.is_contiguous(), "pending must be contiguous for the NPU kernel");
     if (state_indices.size(0) == 0) return;
     VerifyCausalConv1dArgs a = ConvStateArgs(conv_state_pool, state_indices, rec_x, num_recorded, pending,
                                              reset_pending ? kModeFlushAndReset : kModeFlush);

@@ -54,6 +54,25 @@ def test_rule_violations_are_reported(mode: int, message: str) -> None:
         run_probe(mode)
 
 
+def test_a_pool_of_slots_apart_registers_each_slot_alone() -> None:
+    """``slots_in_place`` keeps a pool whose dense slots lie apart in a wider buffer (an engine's per-block
+    buffer); only the slots' bytes are valid GM, so a kernel that writes it as one dense range (the probe's y,
+    N floats from the first slot) reaches the bytes between slots and is refused before it writes them."""
+    x = torch.linspace(-3, 1, N, dtype=torch.float32)
+    big = torch.full((BLOCKS, 2, N // BLOCKS), float("nan"))
+    stats = torch.zeros(2 * BLOCKS, dtype=torch.float32)
+    with host_model.slots_in_place(big[:, 1]) as y:
+        assert y.data_ptr() == big[:, 1].data_ptr() and not y.is_contiguous()  # in place, not a copy
+        ptr = host_model.tensor_ptr
+        args = [ctypes.c_uint32(BLOCKS), ptr(x), ptr(y), ptr(stats), ctypes.c_int32(N), ctypes.c_int32(0),
+                ctypes.c_uint32(0)]  # fmt: skip
+        with pytest.raises(RuntimeError, match="outside every tensor"):
+            host_model.launch(PROBE, "rules_probe_host", args, tensors=[x, y, stats])
+    assert big[:, 0].isnan().all()
+    with host_model.slots_in_place(big[:, :, ::2]) as work:  # slots not dense: a dense work copy
+        assert work.is_contiguous() and work.data_ptr() != big.data_ptr()
+
+
 def test_unified_buffer_capacity_is_per_soc() -> None:
     used = 2 * 256 + 256 + 256 + 64  # the probe's own queues and buffers
     spec = host_model.soc_spec("ascend910b2")

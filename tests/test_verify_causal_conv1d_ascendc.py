@@ -15,13 +15,22 @@ from ascend_spec.gdn.verify_causal_conv1d import (
 from ascend_spec.gdn.verify_causal_conv1d import ascendc as _ascendc_conv1d
 
 
-def run_pair(*, channels, width, dtype, rec_dtype, rows_per_step, seed=0):
-    """Drive reference and ascendc side by side over a few steps; compare outputs, pools, records, pending."""
+def run_pair(*, channels, width, dtype, rec_dtype, rows_per_step, seed=0, layout="channel", apart=False):
+    """Drive reference and ascendc side by side over a few steps; compare outputs, pools, records, pending.
+
+    ``layout``: the AscendC pool's slots stored ``[C, W-1]`` ("channel") or ``[W-1, C]`` viewed transposed
+    ("token", vLLM's default conv layout); ``apart``: its slots lie in a wider buffer between NaN slots of
+    someone else's, which must stay untouched (the host model also refuses any access to their bytes)."""
     gen = torch.Generator().manual_seed(seed)
     S, L = 8, 20
     weight = torch.randn(channels, width, generator=gen) / width
     bias = torch.randn(channels, generator=gen) * 0.1
-    pools = [torch.randn(S, channels, width - 1, generator=gen).to(dtype) for _ in range(2)]
+    inner = (channels, width - 1) if layout == "channel" else (width - 1, channels)
+    big = torch.full((S, 2 if apart else 1, *inner), float("nan"), dtype=dtype)
+    slots = big[:, -1]
+    pools = [torch.randn(S, channels, width - 1, generator=gen).to(dtype)]
+    pools.append(slots if layout == "channel" else slots.transpose(1, 2))
+    assert _ascendc_conv1d.slot_layout(pools[1]) == layout
     pools[1].copy_(pools[0])
     recs = [allocate_conv_records(S, L, channels, width, dtype=rec_dtype) for _ in range(2)]
     accepted = [0] * S
@@ -61,6 +70,25 @@ def run_pair(*, channels, width, dtype, rec_dtype, rows_per_step, seed=0):
         pend.append(pending)
     assert torch.equal(pools[1], pools[0]) and torch.equal(pend[1], pend[0])
     assert torch.equal(recs[1].num_recorded, recs[0].num_recorded)
+    if apart:
+        assert big[:, 0].isnan().all(), "a slot the launch does not own was written"
+
+
+@pytest.mark.parametrize(
+    ("layout", "apart", "dtype"),
+    [
+        ("token", False, torch.float32),
+        ("token", True, torch.bfloat16),
+        ("channel", True, torch.float32),
+    ],
+)
+def test_slot_layouts_in_place_and_slots_apart(layout, apart, dtype):
+    """vLLM's default conv layout (token-major slots, vllm-ascend's) in place, and slots a wider stride apart in
+    either layout: the kernel reads and writes each owned slot through the pool's strides (a 16-bit pool through
+    the staging casts), bit-exact with the reference."""
+    steps = [[1, 0, -1, 5], [0, 1, 3], [2, 3, 1, 0, 7]]
+    run_pair(channels=40, width=4, dtype=dtype, rec_dtype=torch.float32, rows_per_step=steps, layout=layout,
+             apart=apart)  # fmt: skip
 
 
 @pytest.mark.parametrize("reverse", [False, True])

@@ -149,12 +149,18 @@ def load_kernel(kernel: str | Path) -> ctypes.CDLL:
     return lib
 
 
+def _slots_apart(t: torch.Tensor) -> bool:
+    """True for a state pool whose slots (``t[i]``) are each dense but lie ``t.stride(0)`` elements apart, as a
+    layer's states in an engine's wider per-block buffer: the kernels address them with a slot stride."""
+    return t.dim() >= 2 and t.shape[0] > 0 and t[0].is_contiguous() and t.stride(0) >= t[0].numel() > 0
+
+
 def tensor_ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
-    """GM address of a contiguous CPU tensor (nullptr for None)."""
+    """GM address of a contiguous CPU tensor, or of a pool with dense slots apart (nullptr for None)."""
     if t is None:
         return ctypes.c_void_p(0)
-    if t.device.type != "cpu" or not t.is_contiguous():
-        raise ValueError("host-model kernels take contiguous CPU tensors")
+    if t.device.type != "cpu" or not (t.is_contiguous() or _slots_apart(t)):
+        raise ValueError("host-model kernels take contiguous CPU tensors (or state pools of dense slots)")
     return ctypes.c_void_p(t.data_ptr())
 
 
@@ -166,6 +172,17 @@ def written_in_place(t: torch.Tensor) -> Iterator[torch.Tensor]:
     yield work
     if work is not t:
         t.copy_(work)
+
+
+@contextlib.contextmanager
+def slots_in_place(pool: torch.Tensor) -> Iterator[torch.Tensor]:
+    """A state pool for a kernel that takes a slot stride: ``pool`` itself when it is dense or its slots are
+    (each slot's bytes alone become valid GM: :func:`launch`), else a dense work copy written back after."""
+    if pool.is_contiguous() or _slots_apart(pool):
+        yield pool
+    else:
+        with written_in_place(pool) as work:
+            yield work
 
 
 def arguments_struct(
@@ -212,8 +229,14 @@ def launch(
     lib.ascend_spec_hm_configure(spec.ub_bytes, int(reverse_blocks))
     lib.ascend_spec_hm_clear_gm()
     for t in tensors:
-        if t.numel():
+        if not t.numel():
+            continue
+        if t.is_contiguous():
             lib.ascend_spec_hm_register_gm(ctypes.c_void_p(t.data_ptr()), t.numel() * t.element_size())
+        else:  # a pool of dense slots apart: the bytes between slots belong to someone else
+            slot_bytes, step = t[0].numel() * t.element_size(), t.stride(0) * t.element_size()
+            for i in range(t.shape[0]):
+                lib.ascend_spec_hm_register_gm(ctypes.c_void_p(t.data_ptr() + i * step), slot_bytes)
     try:
         fn = getattr(lib, entry)
         fn.restype = ctypes.c_int

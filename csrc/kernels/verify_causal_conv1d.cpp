@@ -10,10 +10,12 @@
 // after on the same stream) updates it; stream order replaces a grid-wide barrier.
 //
 // Layout in UB: token-major rows of tileC channels (fp32 window [W-1+tileT rows] = committed state rows followed
-// by the chunk's tokens); each output row is sum_j w_j * window row (t + j) on the vector unit. The pool keeps
-// the state channel-major ([C, W-1] per slot, as vLLM does), so the W-1 state rows are transposed with vector
-// Gathers (byte offsets computed once per launch) on the way in (only when fewer than W-1 tokens are pending)
-// and on the way out (only when pending > 0).
+// by the chunk's tokens); each output row is sum_j w_j * window row (t + j) on the vector unit. A pool slot holds
+// the state either channel-major ([C, W-1] dense; vLLM's "DS" conv layout), whose W-1 state rows are transposed
+// with vector Gathers (byte offsets computed once per launch) on the way in (only when fewer than W-1 tokens are
+// pending) and on the way out (only when pending > 0), or token-major ([W-1, C] dense, viewed [C, W-1]: vLLM's
+// default "SD" layout, vllm-ascend's), whose rows are the window's rows: one strided DMA each way. Slots lie
+// poolStride elements apart.
 #include "kernel_operator.h"
 #include "kernel_utils.h"
 #include "verify_causal_conv1d_tiling.h"
@@ -41,7 +43,7 @@ public:
             if (t_.hasBias) bias_.SetGlobalBuffer((__gm__ float *)bias, c);
             cu_.SetGlobalBuffer((__gm__ int32_t *)cuSeqlens, b + 1);
         }
-        pool_.SetGlobalBuffer((__gm__ TP *)pool, s * c * wm1_);
+        pool_.SetGlobalBuffer((__gm__ TP *)pool, (s - 1) * t_.poolStride + c * wm1_);
         rec_.SetGlobalBuffer((__gm__ TR *)rec, s * l * c);
         numRecorded_.SetGlobalBuffer((__gm__ int32_t *)numRecorded, s);
         idx_.SetGlobalBuffer((__gm__ int32_t *)stateIndices, b);
@@ -145,8 +147,10 @@ private:
     // Window rows 0..W-2 <- entries p .. p+W-2 of (old pool state ++ recorded x), as fp32.
     __aicore__ inline void Committed(int64_t slot, int64_t p, int64_t c0, int64_t ct) {
         const int64_t poolRows = Max64(0, wm1_ - p);
-        if (poolRows > 0) {
-            const uint64_t off = static_cast<uint64_t>((slot * t_.channels + c0) * wm1_);
+        if (poolRows > 0 && t_.tokenMajor) {  // state rows p .. W-2 straight into window rows 0..
+            LoadRowsF(0, pool_[static_cast<uint64_t>(slot * t_.poolStride + p * t_.channels + c0)], poolRows, ct);
+        } else if (poolRows > 0) {
+            const uint64_t off = static_cast<uint64_t>(slot * t_.poolStride + c0 * wm1_);
             const uint32_t count = static_cast<uint32_t>(ct * wm1_);
             AscendC::DataCopyExtParams params{1, static_cast<uint32_t>(count * sizeof(TP)), 0, 0, 0};
             if constexpr (SameType<TP, float>::value) {
@@ -176,9 +180,23 @@ private:
         }
     }
 
-    // Pool slot <- window rows 0..W-2 (gathered back into the pool's channel-major layout).
+    // Pool slot <- window rows 0..W-2 (token-major: row by row; channel-major: gathered back into its layout).
     __aicore__ inline void StorePool(int64_t slot, int64_t c0, int64_t ct) {
-        const uint64_t off = static_cast<uint64_t>((slot * t_.channels + c0) * wm1_);
+        if (t_.tokenMajor) {
+            const uint64_t off = static_cast<uint64_t>(slot * t_.poolStride + c0);
+            if constexpr (SameType<TP, float>::value) {
+                Sync<AscendC::HardEvent::V_MTE3>();
+                CopyRowsOut(pool_[off], win_, wm1_, ct);
+            } else {
+                AscendC::LocalTensor<TP> stage = stageBuf_.Get<TP>();
+                AscendC::Cast(stage, win_, AscendC::RoundMode::CAST_RINT, static_cast<uint32_t>(wm1_ * tc_));
+                Sync<AscendC::HardEvent::V_MTE3>();
+                CopyRowsOut(pool_[off], stage, wm1_, ct);
+            }
+            Drain();
+            return;
+        }
+        const uint64_t off = static_cast<uint64_t>(slot * t_.poolStride + c0 * wm1_);
         const uint32_t count = static_cast<uint32_t>(ct * wm1_);
         // Window rows came from DMA (already waited for with MTE2_V) or from vector ops (same pipe).
         AscendC::Gather(poolF_, win_, offOut_, static_cast<uint32_t>(0), count);

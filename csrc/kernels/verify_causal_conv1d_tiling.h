@@ -14,7 +14,7 @@ struct VerifyCausalConv1dArgs {
     void *weightT;        // [W, C] fp32
     void *bias;           // [C] fp32 or nullptr
     void *y;              // [T, C] out, x's dtype
-    void *pool;           // [S, C, W-1] conv state pool
+    void *pool;           // [S, C, W-1] conv state pool (slots stored as tokenMajor says, poolStride apart)
     void *rec;            // ConvRecords.x [S, L, C]
     void *numRecorded;    // [S] int32
     void *cu;             // [B+1] int32 cu_seqlens
@@ -32,6 +32,8 @@ struct VerifyCausalConv1dArgs {
     int64_t hasBias;
     int64_t silu;
     int64_t mode;         // KernelMode
+    int64_t poolStride;   // elements between state slots (>= C * (W-1))
+    int64_t tokenMajor;   // 0: slots [C, W-1] dense; 1: slots stored [W-1, C] dense (vLLM's default conv layout)
     int64_t ubBytes;      // Unified Buffer of one vector core
 };
 
@@ -49,6 +51,8 @@ struct VerifyConv1dTiling {
     int64_t hasBias;
     int64_t silu;
     int64_t mode;         // KernelMode: verify, flush, or flush and zero pending
+    int64_t poolStride;   // elements between state slots
+    int64_t tokenMajor;   // slot layout, as in VerifyCausalConv1dArgs
     int64_t countRowsPerCore;  // rows per vector core of the count kernel
     uint32_t blockDim;         // vector cores launched (main kernel)
     uint32_t countBlockDim;    // vector cores launched (count kernel)
@@ -88,6 +92,8 @@ inline VerifyConv1dTiling ComputeVerifyConv1dTiling(const VerifyCausalConv1dArgs
     t.hasBias = a.hasBias ? 1 : 0;
     t.silu = a.silu ? 1 : 0;
     t.mode = a.mode;
+    t.poolStride = a.poolStride;
+    t.tokenMajor = a.tokenMajor ? 1 : 0;
     t.tileT = width - 1 > 16 ? width - 1 : 16;
     const int64_t cPadded = (channels + 15) / 16 * 16;
     int64_t tileC = cPadded < 1024 ? cPadded : 1024;

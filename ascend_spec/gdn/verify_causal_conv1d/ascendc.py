@@ -12,6 +12,7 @@ copied into ``out``) and ``npu_flush_conv_pending`` (``csrc/torch_binding.cpp``)
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 import torch
@@ -26,7 +27,7 @@ KERNEL = "verify_causal_conv1d"
 _POINTERS = ("x", "weightT", "bias", "y", "pool", "rec", "numRecorded", "cu", "idx", "pending")
 _INTS = (
     "xType", "recType", "poolType", "numRows", "numTokens", "channels", "width", "maxTokens", "numSlots", "hasBias", "silu",
-    "mode", "ubBytes",
+    "mode", "poolStride", "tokenMajor", "ubBytes",
 )  # fmt: skip
 KernelArgs = host_model.arguments_struct("VerifyCausalConv1dArgs", _POINTERS, _INTS)
 # Tests flip these: run the host model's blocks last-to-first (exposes cross-core order dependence) / other SoCs.
@@ -36,6 +37,19 @@ SOC: str | None = None
 
 def _i32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int32).contiguous()
+
+
+def slot_layout(pool: torch.Tensor) -> str | None:
+    """How a ``[S, C, W-1]`` pool's slots are stored: ``"channel"`` (``[C, W-1]`` dense), ``"token"`` (``[W-1, C]``
+    dense viewed transposed: vLLM's default conv layout, vllm-ascend's) or None (any other strides: the runner
+    hands the kernel a dense copy). The kernel takes either layout in place, slots any stride apart."""
+    _, c, wm1 = pool.shape
+    inner = pool.stride()[1:]
+    if inner == (wm1, 1) or pool.numel() == 0:
+        return "channel"
+    if inner == (1, c):
+        return "token"
+    return None
 
 
 def tile_channels(
@@ -77,9 +91,12 @@ def verify_causal_conv1d(args: CausalConv1dArgs, out: torch.Tensor | None) -> No
     idx = padded_slots_int32(state_indices, pool.shape[0])
     cu = _i32(args.cu_seqlens) if verify else None
     x = args.x.contiguous() if verify else None
+    layout = slot_layout(pool)
     if pool.device.type == "npu":  # pragma: no cover - needs CANN and an NPU
         rec, nrec = records.x, records.num_recorded
-        with host_model.written_in_place(pool) as work, host_model.written_in_place(pending) as pend:
+        # Either slot layout goes in place (the binding reads it from the strides); any other is copied.
+        kept = contextlib.nullcontext(pool) if layout else host_model.written_in_place(pool)
+        with kept as work, host_model.written_in_place(pending) as pend:
             if verify:
                 y = npu_op("npu_verify_causal_conv1d", KERNEL)(
                     x, weight_t, bias32, cu, work, idx, rec, nrec, pend, args.silu
@@ -96,14 +113,18 @@ def verify_causal_conv1d(args: CausalConv1dArgs, out: torch.Tensor | None) -> No
     spec = host_model.soc_spec(SOC)
     rec = records.x
     ptr = host_model.tensor_ptr
-    with host_model.written_in_place(pool) as work, host_model.written_in_place(pending) as pend:
+    num_slots, channels, _ = pool.shape
+    # The slots' storage ([S, W-1, C] for token-major slots), their stride kept; any other layout: a dense copy.
+    storage = pool.transpose(1, 2) if layout == "token" else pool
+    with host_model.slots_in_place(storage) as work, host_model.written_in_place(pending) as pend:
         y = out if verify else None
         kernel_args = KernelArgs(
             ptr(x), ptr(weight_t if verify else None), ptr(bias32 if verify else None), ptr(y), ptr(work), ptr(rec),
             ptr(records.num_recorded), ptr(cu), ptr(idx), ptr(pend),
             DTYPE_CODES[x.dtype if x is not None else rec.dtype], DTYPE_CODES[rec.dtype], DTYPE_CODES[work.dtype],
-            idx.shape[0], 0 if x is None else x.shape[0], work.shape[1], args.width, rec.shape[1], work.shape[0],
-            verify and bias32 is not None, args.silu, int(args.mode), spec.ub_bytes,
+            idx.shape[0], 0 if x is None else x.shape[0], channels, args.width, rec.shape[1], num_slots,
+            verify and bias32 is not None, args.silu, int(args.mode), work.stride(0), int(layout == "token"),
+            spec.ub_bytes,
         )  # fmt: skip
         tensors = [
             t for t in (x, weight_t if verify else None, bias32 if verify else None, y, work, rec,

@@ -95,7 +95,7 @@ def verify_gated_delta_rule(args: GatedDeltaRuleArgs, out: torch.Tensor | None) 
     cu = cu32 if verify else None
     num_slots, hv, dk, dv = pool.shape
     ptr = host_model.tensor_ptr
-    with host_model.written_in_place(pool.transpose(-1, -2) if value_major else pool) as work:
+    with host_model.slots_in_place(pool.transpose(-1, -2) if value_major else pool) as work:
         kernel_args = KernelArgs(
             ptr(q), ptr(k), ptr(v), ptr(g), ptr(beta), ptr(out if verify else None), ptr(cu), ptr(idx32),
             ptr(pend32), ptr(work), *(ptr(t) for t in rec),
