@@ -29,9 +29,15 @@ DRAFT_QUERY_TOKENS = {
     "eagle": lambda k: 1,
     "eagle3": lambda k: 1,
     "draft_model": lambda k: 1,
+    "ngram_gpu": lambda k: 1,
 }
 #: Methods whose drafter scores its own drafts (take_draft_scores); the others are planned on the estimate.
 SCORED_METHODS = ("dflash", "dspark")
+#: What each runner's dynamic verification plans. Model Runner V2 runs "ngram_gpu" with its ngram speculator
+#: (vLLM's ``SpeculativeConfig.use_ngram()`` covers both names), so it is planned as ngram there; V1 runs a
+#: separate device-side proposer for it that the plugin does not hook.
+V1_PLANNED_METHODS = tuple(m for m in DRAFT_QUERY_TOKENS if m != "ngram_gpu")
+V2_PLANNED_METHODS = tuple(DRAFT_QUERY_TOKENS)
 
 
 def draft_query_tokens(method: str, num_spec_tokens: int) -> int:

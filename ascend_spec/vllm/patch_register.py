@@ -395,7 +395,8 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         name="v2_dynamic_estimate",
         target="the speculator's propose (V2, per speculator instance; the same wrapper as "
         "v2_dynamic_skip_drafter) and, for NgramGPUSpeculator, its draft_token_confidence_probs",
-        what="when the plan scores by the acceptance estimate (ngram, MTP, EAGLE / EAGLE-3, draft_model; DFlash "
+        what="when the plan scores by the acceptance estimate (ngram and ngram_gpu, both V2's NgramGPUSpeculator; "
+        "MTP, EAGLE / EAGLE-3, draft_model; DFlash "
         "/ DSpark with estimate 'combine'): before the drafter, the step's verdict per row from the device "
         "counts V2 hands propose (accepted = num_sampled - 1, verified = accepted + num_rejected) updates the "
         "estimate of the row's request slot (idx_mapping); after it, the rows' estimate is written into "

@@ -23,9 +23,9 @@ ONE_OMP_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def speculative(method: str, models: TinyModels, k: int = K) -> dict:
-    if method == "ngram":
+    if method in ("ngram", "ngram_gpu"):
         return {
-            "method": "ngram",
+            "method": method,
             "num_speculative_tokens": k,
             "prompt_lookup_min": 1,
             "prompt_lookup_max": 3,

@@ -110,21 +110,22 @@ def test_dflash_dynamic_on_v2_hybrid_one_gdn_slot(engine_dir, tmp_path, hybrid_l
     assert ours.gdn_slots_per_request == 1
 
 
+@pytest.mark.parametrize("method", ["ngram", "ngram_gpu"])
 def test_ngram_planned_on_the_estimate_on_v2_matches_plain(
-    engine_dir, tmp_path, dense_low_entropy, plain_dense
+    engine_dir, tmp_path, dense_low_entropy, plain_dense, method
 ):
-    """V2's ngram speculator has no scores: each request's acceptance estimate, updated on the device from V2's
-    accepted counts, plans its drafts (ragged, below full blocks) with no host read; the output is plain
-    decoding's."""
+    """V2's ngram speculator (V2 runs ngram_gpu with it too) has no scores: each request's acceptance estimate,
+    updated on the device from V2's accepted counts, plans its drafts (ragged, below full blocks) with no host
+    read; the output is plain decoding's."""
     plugin = {"dynamic": {"profile": _profile(tmp_path / "step.json")}}
     ours = _run(
         engine_dir,
         dense_low_entropy,
         "v2",
-        speculative=speculative("ngram", dense_low_entropy),
+        speculative=speculative(method, dense_low_entropy),
         plugin=plugin,
     )
-    stats = _check_dynamic_on_v2(ours, plain_dense, "ngram", hybrid=False)
+    stats = _check_dynamic_on_v2(ours, plain_dense, method, hybrid=False)
     estimate = stats["estimate"]
     assert estimate["steps"] > 0 and estimate["population_trials"][0] > 0  # V2's counts reached the estimate
     assert all(0.0 <= r <= 1.0 for r in estimate["population_rate"])

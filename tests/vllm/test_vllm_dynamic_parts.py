@@ -92,7 +92,7 @@ def _engine(
             "plans the drafters dflash, dspark, ngram, mtp, eagle, eagle3, draft_model (their own scores or "
             "the acceptance estimate); got speculative method 'suffix'",
         ),
-        (_engine("ngram_gpu"), "got speculative method 'ngram_gpu'"),
+        (_engine("ngram_gpu"), "got speculative method 'ngram_gpu'"),  # V1's device proposer: not hooked
         (_engine("medusa"), "got speculative method 'medusa'"),
         (_engine(async_scheduling=True), "start the engine with async_scheduling=False"),
     ],

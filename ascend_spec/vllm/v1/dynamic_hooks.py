@@ -29,22 +29,27 @@ from ascend_spec.vllm.cost_profiles import (
     time_target_forward,
 )
 from ascend_spec.vllm.dynamic import DynamicVerifier, take_checked_scores, trim_draft_token_ids
-from ascend_spec.vllm.graphs import DRAFT_QUERY_TOKENS, SCORED_METHODS, engine_graphs
+from ascend_spec.vllm.graphs import SCORED_METHODS, V1_PLANNED_METHODS, engine_graphs
 from ascend_spec.vllm.log import plugin_logger
 from ascend_spec.vllm.step_costs import MeasuredStepCosts
 
 logger = plugin_logger()
 
 
-def check_dynamic_engine(vllm_config, mode: str = "sync") -> None:  # noqa: ANN001
-    """Refuse engines dynamic verification (``mode`` sync or async) cannot run on, naming the setting to change."""
+def check_dynamic_engine(
+    vllm_config,  # noqa: ANN001
+    mode: str = "sync",
+    methods: tuple[str, ...] = V1_PLANNED_METHODS,
+) -> None:
+    """Refuse engines dynamic verification (``mode`` sync or async) cannot run on, naming the setting to change
+    (``methods``: the drafters the runner's hooks plan)."""
     where = _where("dynamic")
     spec = vllm_config.speculative_config
     if spec is None:
         raise ValueError(f"{where} needs speculative decoding (a speculative_config with a drafter)")
-    if spec.method not in DRAFT_QUERY_TOKENS:
+    if spec.method not in methods:
         raise ValueError(
-            f"{where} plans the drafters {', '.join(DRAFT_QUERY_TOKENS)} (their own scores or the acceptance "
+            f"{where} plans the drafters {', '.join(methods)} (their own scores or the acceptance "
             f"estimate); got speculative method {spec.method!r}"
         )
     async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)

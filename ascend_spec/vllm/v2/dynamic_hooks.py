@@ -36,7 +36,7 @@ from ascend_spec.vllm.cost_profiles import (
     time_target_forward,
 )
 from ascend_spec.vllm.dynamic import DynamicVerifier
-from ascend_spec.vllm.graphs import SCORED_METHODS, engine_graphs
+from ascend_spec.vllm.graphs import SCORED_METHODS, V2_PLANNED_METHODS, engine_graphs
 from ascend_spec.vllm.log import plugin_logger
 from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
 from ascend_spec.vllm.v2.budget_manager import DeviceBudgetManager
@@ -49,7 +49,7 @@ def check_v2_dynamic_engine(vllm_config, settings: AscendSpecConfig) -> None:  #
     """V1's checks (a drafter it plans: DFlash / DSpark on their own scores, the others on the acceptance
     estimate; the mode against the engine's scheduling), and V2's own manager off."""
     async_scheduling = bool(vllm_config.scheduler_config.async_scheduling)
-    check_dynamic_engine(vllm_config, settings.dynamic.for_engine(async_scheduling).mode)
+    check_dynamic_engine(vllm_config, settings.dynamic.for_engine(async_scheduling).mode, V2_PLANNED_METHODS)
     spec = vllm_config.speculative_config
     if getattr(spec, "enable_adaptive_verification", False):
         raise ValueError(
