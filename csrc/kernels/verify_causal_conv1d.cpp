@@ -183,16 +183,7 @@ private:
     // Pool slot <- window rows 0..W-2 (token-major: row by row; channel-major: gathered back into its layout).
     __aicore__ inline void StorePool(int64_t slot, int64_t c0, int64_t ct) {
         if (t_.tokenMajor) {
-            const uint64_t off = static_cast<uint64_t>(slot * t_.poolStride + c0);
-            if constexpr (SameType<TP, float>::value) {
-                Sync<AscendC::HardEvent::V_MTE3>();
-                CopyRowsOut(pool_[off], win_, wm1_, ct);
-            } else {
-                AscendC::LocalTensor<TP> stage = stageBuf_.Get<TP>();
-                AscendC::Cast(stage, win_, AscendC::RoundMode::CAST_RINT, static_cast<uint32_t>(wm1_ * tc_));
-                Sync<AscendC::HardEvent::V_MTE3>();
-                CopyRowsOut(pool_[off], stage, wm1_, ct);
-            }
+            StoreRowsF(pool_[static_cast<uint64_t>(slot * t_.poolStride + c0)], win_, stageBuf_.Get<TP>(), wm1_, ct);
             Drain();
             return;
         }
@@ -221,17 +212,22 @@ private:
         Sync<AscendC::HardEvent::V_MTE2>();
     }
 
-    __aicore__ inline void StoreY(int64_t tok, int64_t rows, int64_t c0, int64_t ct) {
-        const uint64_t off = static_cast<uint64_t>(tok * t_.channels + c0);
-        if constexpr (SameType<TX, float>::value) {
+    // fp32 rows -> GM rows of T, `channels` apart (through `stage` and a Cast unless T is fp32).
+    template <typename T>
+    __aicore__ inline void StoreRowsF(const AscendC::GlobalTensor<T> &dst, const AscendC::LocalTensor<float> &src,
+                                      const AscendC::LocalTensor<T> &stage, int64_t rows, int64_t ct) {
+        if constexpr (SameType<T, float>::value) {
             Sync<AscendC::HardEvent::V_MTE3>();
-            CopyRowsOut(y_[off], yF_, rows, ct);
+            CopyRowsOut(dst, src, rows, ct);
         } else {
-            AscendC::LocalTensor<TX> out = yOutBuf_.Get<TX>();
-            AscendC::Cast(out, yF_, AscendC::RoundMode::CAST_RINT, static_cast<uint32_t>(rows * tc_));
+            AscendC::Cast(stage, src, AscendC::RoundMode::CAST_RINT, static_cast<uint32_t>(rows * tc_));
             Sync<AscendC::HardEvent::V_MTE3>();
-            CopyRowsOut(y_[off], out, rows, ct);
+            CopyRowsOut(dst, stage, rows, ct);
         }
+    }
+
+    __aicore__ inline void StoreY(int64_t tok, int64_t rows, int64_t c0, int64_t ct) {
+        StoreRowsF(y_[static_cast<uint64_t>(tok * t_.channels + c0)], yF_, yOutBuf_.Get<TX>(), rows, ct);
     }
 
     // Output rows [tok0, tok1) of this channel slice <- zeros (padding rows, tokens no row covers).
