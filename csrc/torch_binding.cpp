@@ -188,8 +188,9 @@ VerifyGatedDeltaRuleArgs GdnStateArgs(const at::Tensor &state_indices, const at:
     a.poolStride = state_pool.stride(0);
     // The slot layout from the view's strides: [HV, Dk, Dv] dense, or the transpose of dense [HV, Dv, Dk] slots
     // (vllm-ascend's state viewed as [S, HV, Dk, Dv]); anything else would be read wrongly.
-    const bool keyMajor = state_pool.stride(1) == a.dk * a.dv && state_pool.stride(2) == a.dv && state_pool.stride(3) == 1;
-    const bool valueMajor = state_pool.stride(1) == a.dk * a.dv && state_pool.stride(2) == 1 && state_pool.stride(3) == a.dk;
+    const bool headDense = state_pool.stride(1) == a.dk * a.dv;
+    const bool keyMajor = headDense && state_pool.stride(2) == a.dv && state_pool.stride(3) == 1;
+    const bool valueMajor = headDense && state_pool.stride(2) == 1 && state_pool.stride(3) == a.dk;
     TORCH_CHECK(keyMajor || valueMajor,
                 "state_pool slots must be [HV, Dk, Dv] contiguous or the transpose of [HV, Dv, Dk] contiguous slots "
                 "for the NPU kernel; got strides ",

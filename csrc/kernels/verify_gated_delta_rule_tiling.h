@@ -67,7 +67,8 @@ struct VerifyGdnTiling {
 namespace ascend_spec {
 
 // Floats of VerifyGdn's scratch tile: the per-row products of a state pass ([tileV, dkP]), the staging of the
-// transposing state load/store of key-major slots ([Dk, tileV]; value-major slots need none, sized alike) and the squares of a chunk's q and k rows ([2 tileT, dkP]).
+// transposing state load/store of key-major slots ([Dk, tileV]; value-major slots need none, sized alike) and
+// the squares of a chunk's q and k rows ([2 tileT, dkP]).
 inline int64_t VerifyGdnTmpElems(int64_t dk, int64_t dkP, int64_t tileV, int64_t tileT) {
     int64_t n = tileV * dkP;
     if (dk * tileV > n) n = dk * tileV;
