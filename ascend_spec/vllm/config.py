@@ -49,6 +49,8 @@ class DynamicConfig:
       the profiles alone.
     * ``measure_every``: once a batch size has a full window of measured steps, time one decode step in this
       many (default 4; 1 times every step).
+    * ``log_every``: every this many engine steps with decode requests, one stats line in vLLM's log (mean verify
+      length per request class, plain-decoding steps; :mod:`ascend_spec.vllm.verify_log`); 0: none.
     * ``estimate``: the online acceptance estimate per request (:mod:`ascend_spec.vllm.acceptance_estimate`).
       ``auto`` (default): drafters without scores of their own (ngram, MTP, EAGLE-3, draft_model) are planned
       on it, DFlash and DSpark on their own scores (with ``calibrate``); ``combine``: DFlash and DSpark too,
@@ -67,6 +69,7 @@ class DynamicConfig:
     measure_steps: bool = True
     measure_every: int = 4
     estimate: str = "auto"
+    log_every: int = 100
 
     @property
     def enabled(self) -> bool:
@@ -112,7 +115,13 @@ def _parse_dynamic(raw: object) -> DynamicConfig:
     for key in ("calibrate", "measure_steps"):
         if key in raw and not isinstance(raw[key], bool):
             raise ValueError(f"{where}['{key}'] must be true or false; got {raw[key]!r}")
-    for key, minimum in (("warmup", 0), ("repeats", 1), ("probe_interval", 1), ("measure_every", 1)):
+    for key, minimum in (
+        ("warmup", 0),
+        ("repeats", 1),
+        ("probe_interval", 1),
+        ("measure_every", 1),
+        ("log_every", 0),
+    ):
         if key in raw:
             v = raw[key]
             if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
