@@ -59,6 +59,12 @@ from ascend_spec.graph.plan_classes import (
 )
 
 PLAN_PROFILE_FORMAT = "ascend-spec/plan-profile/v1"
+#: What an engine measures at start (``dynamic.profile``): one target and the engine's drafter, keyed by the
+#: engine's settings. ``ascend-spec plan`` reads it too, so a profile measured on a user's model is planned on.
+ENGINE_PROFILE_FORMAT = "ascend-spec/engine-cost-profiles/v1"
+#: An engine profile's drafter query rule by speculative method (its draft profile already covers all K passes
+#: of a sequential drafter: the engine times its whole dummy run).
+ENGINE_QUERY_RULES = {"dflash": "K+1", "dspark": "K"}
 DEFAULT_PROFILE = "talk_ascend910b"
 DEFAULT_CURVE = "dspark_talk"
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -114,11 +120,19 @@ def _configs_path(value: str, sub: str) -> Path:
 
 
 def load_plan_profile(path: str | Path) -> PlanProfile:
-    """Read a plan profile strictly: JSON types as documented, unknown keys refused, errors name file and field."""
+    """Read a plan profile strictly: JSON types as documented, unknown keys refused, errors name file and field.
+
+    An engine profile (``ENGINE_PROFILE_FORMAT``, what ``dynamic.profile`` measures) is read as a plan profile
+    with one drafter, named by the engine's speculative method.
+    """
     path = Path(path)
     data = require_object(str(path), read_json(path))
+    if data.get("format") == ENGINE_PROFILE_FORMAT:
+        return plan_profile_of_engine(str(path), data)
     if data.get("format") != PLAN_PROFILE_FORMAT:
-        raise ValueError(f"{path}: format must be {PLAN_PROFILE_FORMAT!r}; got {data.get('format')!r}")
+        raise ValueError(
+            f"{path}: format must be {PLAN_PROFILE_FORMAT!r} or {ENGINE_PROFILE_FORMAT!r}; got {data.get('format')!r}"
+        )
     check_keys(str(path), data, _PLAN_PROFILE_KEYS)
     where = str(path)
     label = get_str(where, data, "label", path.stem)
@@ -146,6 +160,20 @@ def load_plan_profile(path: str | Path) -> PlanProfile:
         profile = CostProfile.from_dict(d.get("profile"), where=f"{where}.profile")
         drafters[name] = Drafter(name, query, sequential, profile)
     return PlanProfile(label or path.stem, target, drafters, notes)
+
+
+def plan_profile_of_engine(where: str, data: Mapping[str, Any]) -> PlanProfile:
+    """An engine profile as a plan profile: its target, and its drafter under the method it was measured for."""
+    for part in ("target", "draft"):
+        if part not in data:
+            raise ValueError(f"{where}: an engine profile needs a {part!r} profile")
+    key = data.get("key") if isinstance(data.get("key"), Mapping) else {}
+    method = str(key.get("method") or "engine")
+    target = CostProfile.from_dict(data["target"], where=f"{where}: target")
+    draft = CostProfile.from_dict(data["draft"], where=f"{where}: draft")
+    query = ENGINE_QUERY_RULES.get(method, "1")
+    label = f"engine profile {Path(where).stem}" + (f" ({key['model']})" if key.get("model") else "")
+    return PlanProfile(label, target, {method: Drafter(method, query, False, draft)})
 
 
 @dataclass

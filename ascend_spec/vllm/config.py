@@ -164,6 +164,32 @@ class AscendSpecConfig:
         return ", ".join(parts)
 
 
+_deprecation_logged = False
+
+
+def _deprecated_adapter_switch(adapter: VllmAscendSettings, dynamic: DynamicConfig | None) -> DynamicConfig:
+    """``vllm_ascend.dynamic_verify`` (the adapter's own switch until 0.2) as ``dynamic``: same controller, its
+    plan profile (``vllm_ascend.profile``, a shipped name or a file) as the profile; one deprecation line."""
+    global _deprecation_logged
+    old = f"{_where('vllm_ascend')}['dynamic_verify']"
+    if dynamic is not None:
+        raise ValueError(
+            f"{old} and {_where('dynamic')} both switch on dynamic verification; keep {_where('dynamic')} only"
+        )
+    if not _deprecation_logged:
+        from ascend_spec.vllm.log import plugin_logger
+
+        plugin_logger().warning(
+            "ascend-spec: %s is deprecated and will be removed in the next release; use %s (e.g. "
+            '{"dynamic": {"profile": %r}})',
+            old,
+            _where("dynamic"),
+            adapter.profile,
+        )
+        _deprecation_logged = True
+    return DynamicConfig(profile=adapter.profile)
+
+
 def parse_config(additional_config: object) -> AscendSpecConfig | None:
     """The plugin's settings from an engine's ``additional_config``, or None when the plugin is not enabled."""
     if additional_config is None:
@@ -192,8 +218,10 @@ def parse_config(additional_config: object) -> AscendSpecConfig | None:
     if "backend" in raw and raw["backend"] not in BACKENDS:
         raise ValueError(f"{_where('backend')} must be one of {', '.join(BACKENDS)}; got {raw['backend']!r}")
     values = dict(raw)
-    values["vllm_ascend"] = parse_vllm_ascend(raw.get("vllm_ascend"))
+    values["vllm_ascend"] = adapter = parse_vllm_ascend(raw.get("vllm_ascend"))
     if "dynamic" in values:
         values["dynamic"] = _parse_dynamic(values["dynamic"])
+    if adapter.dynamic_verify:
+        values["dynamic"] = _deprecated_adapter_switch(adapter, values.get("dynamic"))
     config = AscendSpecConfig(**values)
     return config if config.enabled else None

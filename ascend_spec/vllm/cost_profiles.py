@@ -6,7 +6,10 @@ timed with the runner's own dummy forward at every target bucket and the drafter
 draft bucket (:mod:`ascend_spec.vllm.graphs`), each through ``CostProfile.measure`` (CUDA/NPU events, the wall
 clock on CPU). The result is cached as JSON keyed by everything the costs depend on (:func:`profile_key`); an
 engine with the same key reuses it. ``dynamic.profile`` may name a file instead: read when it exists (a key that
-differs from this engine's is logged), else measured and written there. Measuring is bounded by
+differs from this engine's is logged), else measured and written there. The file is in the engine format
+(``ascend-spec/engine-cost-profiles/v1``, what measuring writes, which ``ascend-spec plan --profile`` reads too); a
+plan profile (``ascend-spec/plan-profile/v1``, a file or a shipped name in configs/profiles/) is read as well, its
+target and the drafter named like the engine's speculative method. Measuring is bounded by
 ``dynamic.max_startup_s``: past the bound it stops with an error naming the key (nothing half-measured is kept).
 """
 
@@ -27,12 +30,11 @@ import torch
 from ascend_spec.graph import CostProfile, GraphBuckets
 from ascend_spec.graph.config_io import read_json
 from ascend_spec.graph.cost_profile import STATISTICS
+from ascend_spec.graph.plan_report import ENGINE_PROFILE_FORMAT, PLAN_PROFILE_FORMAT, load_plan_profile
 from ascend_spec.vllm.config import DynamicConfig, _where
 from ascend_spec.vllm.log import plugin_logger
 
 logger = plugin_logger()
-
-ENGINE_PROFILE_FORMAT = "ascend-spec/engine-cost-profiles/v1"
 
 
 @dataclass(frozen=True)
@@ -133,10 +135,13 @@ def load_engine_profiles(
 ) -> EngineProfiles:
     data = read_json(path)
     where = str(path)
+    if isinstance(data, dict) and data.get("format") == PLAN_PROFILE_FORMAT:
+        return _from_plan_profile(path, key, source or f"file {where}")
     if not isinstance(data, dict) or data.get("format") != ENGINE_PROFILE_FORMAT:
         raise ValueError(
-            f"{_where('dynamic')}['profile']: {where} is not an engine profile file "
-            f"(format must be {ENGINE_PROFILE_FORMAT!r}; got {data.get('format') if isinstance(data, dict) else data!r})"
+            f"{_where('dynamic')}['profile']: {where} is not a profile file (format must be "
+            f"{ENGINE_PROFILE_FORMAT!r} or {PLAN_PROFILE_FORMAT!r}; got "
+            f"{data.get('format') if isinstance(data, dict) else data!r})"
         )
     for part in ("target", "draft"):
         if part not in data:
@@ -152,6 +157,35 @@ def load_engine_profiles(
         source=source or f"file {where}",
         startup_s=0.0,
     )
+
+
+def _from_plan_profile(path: Path, key: dict[str, Any] | None, source: str) -> EngineProfiles:
+    """A plan profile's target and the drafter named like this engine's method, at this engine's K."""
+    plan = load_plan_profile(path)
+    method = (key or {}).get("method")
+    k = (key or {}).get("num_speculative_tokens")
+    if method not in plan.drafters or not isinstance(k, int):
+        raise ValueError(
+            f"{_where('dynamic')}['profile']: {path} has no costs for the drafter {method!r}; it has "
+            f"{', '.join(sorted(plan.drafters))}"
+        )
+    drafter = plan.drafters[method]
+    return EngineProfiles(plan.target, drafter.cost_profile(k), None, source, 0.0)
+
+
+def profile_path(profile: str, key: dict[str, Any]) -> tuple[Path, bool]:
+    """Where ``dynamic.profile`` points (and whether it was given): the cache for ``measure``, an existing file,
+    a shipped plan profile's name, else the path to measure into."""
+    if profile == "measure":
+        return cache_path(key), False
+    path = Path(os.path.expanduser(profile))
+    if not path.exists() and os.sep not in profile:
+        from ascend_spec.paths import CONFIGS_DIR
+
+        shipped = CONFIGS_DIR / "profiles" / (profile if profile.endswith(".json") else profile + ".json")
+        if shipped.exists():
+            return shipped, True
+    return path, True
 
 
 class _Deadline:
@@ -250,8 +284,7 @@ def engine_profiles(
     measure: Callable[[], EngineProfiles],
 ) -> EngineProfiles:
     """Read the profile file or the cache when there is one, else measure (and write it); log what it cost."""
-    explicit = settings.profile != "measure"
-    path = Path(os.path.expanduser(settings.profile)) if explicit else cache_path(key)
+    path, explicit = profile_path(settings.profile, key)
     if path.exists():
         profiles = load_engine_profiles(path, key, source=f"{'file' if explicit else 'cache'} {path}")
         logger.info("ascend-spec: cost profiles from %s (0 s added to start-up)", profiles.source)

@@ -254,8 +254,9 @@ def _drive(scheduler, plans: dict[int, dict[str, int]], steps: int, rng: np.rand
 
 def test_async_scheduler_schedules_each_request_the_drafts_of_the_latest_plan(dense_low_entropy) -> None:  # noqa: ANN001
     """vLLM's AsyncScheduler with async_scheduler_lengths: from the third step on, request r verifies exactly the
-    length the output two steps back planned for it (ragged, zeros included), with its one sampled token; a
-    scheduler of an engine in sync mode keeps V1's K placeholders whatever the outputs carry."""
+    length the output two steps back planned for it (ragged, zeros included), with its one sampled token; before
+    any plan has arrived (the second step) nothing; a scheduler of an engine in sync mode keeps V1's K
+    placeholders whatever the outputs carry."""
     rng = np.random.default_rng(3)
     ids = [f"q{i}" for i in range(4)]
     plans = {s: {r: int(rng.integers(0, K + 1)) for r in ids} for s in range(12)}
@@ -276,7 +277,7 @@ def test_async_scheduler_schedules_each_request_the_drafts_of_the_latest_plan(de
         for s, so in enumerate(scheduled[1:], start=1):
             for r in ids:
                 got = len(so.scheduled_spec_decode_tokens.get(r, ()))
-                want = plans[s - 2][r] if mode == "async" and s >= 2 else K
+                want = (plans[s - 2][r] if s >= 2 else 0) if mode == "async" else K
                 assert (got, so.num_scheduled_tokens[r]) == (want, 1 + want), (mode, s, r)
     assert scheduler._ascend_spec_async is False and not scheduler._ascend_spec_lengths
 

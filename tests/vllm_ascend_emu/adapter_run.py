@@ -90,6 +90,7 @@ def adapter_probe(worker) -> dict:  # noqa: ANN001 - collective_rpc target, runs
         "_sample",
         "propose_draft_token_ids",
         "take_draft_token_ids",
+        "sample_tokens",
         "_update_states",
     ):
         bound = getattr(runner, method)

@@ -18,6 +18,7 @@ from ascend_engine_env import EMULATED, needs_vllm_ascend
 from ascend_spec.e2e.engine import EngineRun, EngineSpec
 from ascend_spec.e2e.tiny_models import TinyModels, make_tiny_models
 from ascend_spec.graph.cost_profile import CostProfile
+from ascend_spec.graph.plan_report import ENGINE_PROFILE_FORMAT
 
 pytestmark = [needs_vllm_ascend, pytest.mark.slow]
 
@@ -92,7 +93,13 @@ def test_dflash_k3_with_the_plugin_is_lossless(
         "instance_wrapped": True,
         "calls": f"{NPU_RUNNER}._update_states",
     }
-    for name in ("execute_model", "_sample", "propose_draft_token_ids", "take_draft_token_ids"):
+    for name in (
+        "execute_model",
+        "_sample",
+        "propose_draft_token_ids",
+        "take_draft_token_ids",
+        "sample_tokens",
+    ):
         assert methods[name] == {"instance_wrapped": False, "calls": f"{NPU_RUNNER}.{name}"}, name
 
 
@@ -161,13 +168,57 @@ def test_dynamic_verify_sync_mode_reads_the_survivals_back(
     assert any(len(set(s["lengths"])) > 1 for s in steps), steps
 
 
-def test_dspark_k3_with_the_plugin_is_lossless(
-    ascend_engine_dir: Path, dense: TinyModels, plain: EngineRun
+def _engine_profile(path: Path) -> Path:
+    """The one profile format (``dynamic.profile``, what engines measure, what ``ascend-spec plan`` reads): a
+    target step that rises steeply past 4 tokens, a cheap drafter."""
+    target = CostProfile({1: 10.0, 4: 10.5, 8: 30.0, 16: 60.0, 32: 120.0, 64: 240.0}, part="target")
+    draft = CostProfile({1: 1.0, 64: 1.2}, part="draft")
+    path.write_text(
+        json.dumps(
+            {
+                "format": ENGINE_PROFILE_FORMAT,
+                "key": None,
+                "startup_s": 0.0,
+                "target": target.to_dict(),
+                "draft": draft.to_dict(),
+            }
+        )
+    )
+    return path
+
+
+K7 = 7
+
+
+def test_dynamic_under_vllms_default_async_scheduling_verifies_below_k_by_vllms_counters(
+    ascend_engine_dir: Path, dense: TinyModels, plain: EngineRun, tmp_path: Path
+) -> None:
+    """The one switch (``dynamic``) with vLLM's default scheduling on the NPU platform (async): the engine core
+    never asks the runner for its drafts there, so the lengths ride on the step's output to the scheduler
+    (``npu_dynamic_async_output``). vLLM's own counters (``vllm:spec_decode_num_draft_tokens`` /
+    ``num_drafts``) show fewer than K drafts verified per draft on average, and the tokens are plain decoding's.
+    Without the hand-over every draft was verified at K (drafts x 7)."""
+    speculative = {"method": "dflash", "model": str(dense.dflash), "num_speculative_tokens": K7}
+    plugin = {"dynamic": {"profile": str(_engine_profile(tmp_path / "engine.json"))}}
+    spec = EngineSpec(
+        target=dense.target, speculative=speculative, plugin=plugin, extra={"async_scheduling": None}
+    )
+    run, probe = _run(ascend_engine_dir, spec)
+    assert run.tokens == plain.tokens
+    assert probe["dynamic_spec"] == "ascend_spec.vllm.ascend.verify_scheduler.AscendSpecDynamicSpec"
+    assert probe["methods"]["sample_tokens"]["instance_wrapped"]  # the async hand-over
+    assert probe["steps"], "the adapter's scheduler planned no step"
+    assert 0 < run.num_draft_tokens < K7 * run.num_drafts, (run.num_draft_tokens, run.num_drafts)
+
+
+def test_dspark_k7_with_the_plugin_is_lossless_and_verifies_below_k(
+    ascend_engine_dir: Path, dense: TinyModels, plain: EngineRun, tmp_path: Path
 ) -> None:
     """vLLM's Qwen3 DSpark drafter (Markov and confidence heads) on vllm-ascend's V1 DSpark path, the plugin's
-    DSpark proposer subclass drafting and its confidence head scoring (dynamic verification, ascendc)."""
-    speculative = {"method": "dspark", "model": str(dense.dspark), "num_speculative_tokens": K}
-    plugin = {"backend": "ascendc", "vllm_ascend": {"dynamic_verify": True}}
+    DSpark proposer subclass drafting and its confidence head scoring (``dynamic``, ascendc, sync scheduling:
+    vllm-ascend's ``take_draft_token_ids`` cuts the drafts); vLLM's counters show fewer than K per draft."""
+    speculative = {"method": "dspark", "model": str(dense.dspark), "num_speculative_tokens": K7}
+    plugin = {"backend": "ascendc", "dynamic": {"profile": str(_engine_profile(tmp_path / "engine.json"))}}
     run, probe = _run(
         ascend_engine_dir, EngineSpec(target=dense.target, speculative=speculative, plugin=plugin)
     )
@@ -177,4 +228,4 @@ def test_dspark_k3_with_the_plugin_is_lossless(
     assert probe["dynamic_spec"] == "ascend_spec.vllm.ascend.verify_scheduler.AscendSpecDynamicSpec"
     steps = probe["steps"]
     assert steps and all(s["host_copies"] == 1 for s in steps), steps
-    assert run.num_drafts > 0
+    assert 0 < run.num_draft_tokens < K7 * run.num_drafts, (run.num_draft_tokens, run.num_drafts)

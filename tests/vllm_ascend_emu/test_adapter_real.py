@@ -167,26 +167,44 @@ def test_dflash2_keeps_vllm_ascends_proposer() -> None:
     assert out["drafter"] == "vllm-ascend's proposer"
 
 
-def test_npu_runner_overrides_what_the_core_dynamic_hooks_wrap_so_they_are_refused() -> None:
+def test_npu_runner_overrides_what_the_core_dynamic_hooks_wrap_so_the_adapter_plans_instead() -> None:
+    """NPUModelRunner overrides every method V1's dynamic hooks wrap, so ``dynamic`` there is the adapter's
+    (DFlash and DSpark scored into its verify scheduler); what it does not plan is refused in one line."""
     out = _child(
         """
+        from types import SimpleNamespace
         from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
         from ascend_spec.vllm.config import parse_config
-        from ascend_spec.vllm.v1.runner import _check_npu_engine
+        from ascend_spec.vllm.ascend.dynamic import check_npu_dynamic_engine, controller_mode
 
         names = ["execute_model", "_sample", "propose_draft_token_ids", "take_draft_token_ids", "sample_tokens",
                  "_input_fits_in_drafter", "_calc_spec_decode_metadata", "_copy_draft_token_ids_to_cpu",
                  "_update_states"]
-        out = {"overridden": [n for n in names if n in NPUModelRunner.__dict__]}
-        try:
-            _check_npu_engine(parse_config({"ascend_spec": {"dynamic": {"mode": "sync"}}}))
-            out["refusal"] = None
-        except ValueError as exc:
-            out["refusal"] = str(exc)
-        _check_npu_engine(parse_config({"ascend_spec": {"vllm_ascend": {"dynamic_verify": True}}}))
+        out = {"overridden": [n for n in names if n in NPUModelRunner.__dict__], "refusals": {}}
+
+        def engine(method, async_scheduling):
+            spec = SimpleNamespace(method=method, num_speculative_tokens=3,
+                                   draft_model_config=SimpleNamespace(architectures=["DFlashDraftModel"]))
+            return SimpleNamespace(speculative_config=spec,
+                                   scheduler_config=SimpleNamespace(async_scheduling=async_scheduling),
+                                   device_config=SimpleNamespace(device_type="npu"))
+
+        new = parse_config({"ascend_spec": {"dynamic": {"mode": "sync"}}})
+        for name, (method, sched) in {"ngram": ("ngram", False), "sync_async": ("dflash", True)}.items():
+            try:
+                check_npu_dynamic_engine(engine(method, sched), new)
+                out["refusals"][name] = None
+            except ValueError as exc:
+                out["refusals"][name] = str(exc)
+        check_npu_dynamic_engine(engine("dspark", False), new)
+        old = parse_config({"ascend_spec": {"vllm_ascend": {"dynamic_verify": True, "controller_mode": "sync"}}})
+        out["old"] = [old.dynamic.enabled, old.dynamic.profile, controller_mode(old)]
+        out["new_mode"] = controller_mode(new)
         """,
         EMULATED,
     )
     assert len(out["overridden"]) == 9, out["overridden"]
-    assert "additional_config['ascend_spec']['dynamic']" in out["refusal"]
-    assert "dynamic_verify" in out["refusal"]
+    assert "plans the drafters dflash, dspark" in out["refusals"]["ngram"]
+    assert "mode 'sync'" in out["refusals"]["sync_async"]
+    assert out["old"] == [True, "talk_ascend910b", "sync"]  # the deprecated switch maps onto 'dynamic'
+    assert out["new_mode"] == "sync"

@@ -4,7 +4,7 @@ The NPU runner type-checks its drafter (``isinstance(self.drafter, AscendDSparkP
 are subclasses; :func:`proposer_class` picks one for the engine's method. Each subclass:
 
 * replaces ``self.dynamic_spec`` (vllm-ascend's ``DynamicSpecScheduler`` or None) with
-  :class:`~ascend_spec.vllm.ascend.verify_scheduler.AscendSpecDynamicSpec` when ``dynamic_verify`` is on;
+  :class:`~ascend_spec.vllm.ascend.verify_scheduler.AscendSpecDynamicSpec` when ``dynamic`` is on;
 * DFlash with ACL graphs: runs ``_propose`` and ``dummy_run`` with the runner's ``cudagraph_dispatcher`` seen
   as a :class:`~ascend_spec.vllm.ascend.draft_graphs.DraftBatchDispatcher` on the drafter's sizes, so capture and
   replay use the same B x Q descriptors whatever the target's step looks like. DSpark runs eagerly on
@@ -29,7 +29,7 @@ from ascend_spec.vllm.ascend.draft_graphs import (
     draft_sizes_from_target,
     ensure_draft_graph_params,
 )
-from ascend_spec.vllm.ascend.verify_scheduler import AscendSpecDynamicSpec, make_controller_planner
+from ascend_spec.vllm.ascend.verify_scheduler import AscendSpecDynamicSpec
 from ascend_spec.vllm.config import AscendSpecConfig, parse_config
 
 
@@ -51,29 +51,20 @@ class _AscendSpecProposerMixin:
         self.draft_graphs = None
         if settings is None:
             return
-        if settings.vllm_ascend.dynamic_verify:
+        if settings.dynamic.enabled:
             self.dynamic_spec = self._verify_scheduler(settings, device)
         if settings.vllm_ascend.draft_graphs and getattr(self, "use_cuda_graph", False):
             self.draft_graphs = self._draft_dispatcher(settings, vllm_config, device)
 
     def _verify_scheduler(self, settings: AscendSpecConfig, device: Any) -> AscendSpecDynamicSpec:
-        adapter = settings.vllm_ascend
-        k = self.num_speculative_tokens  # type: ignore[attr-defined]
-        backend = _adapter_backend(settings)
-        planner = make_controller_planner(
-            adapter.profile,
-            method=self.method,
-            num_speculative_tokens=k,
-            mode=adapter.controller_mode,
-            backend=backend,
-        )
+        """The planner comes at the engine's first real step (:mod:`ascend_spec.vllm.ascend.dynamic`)."""
         return AscendSpecDynamicSpec(
             method=self.method,
-            planner=planner,
+            planner=None,
             max_batch_size=self.max_batch_size,  # type: ignore[attr-defined]
-            num_speculative_tokens=k,
+            num_speculative_tokens=self.num_speculative_tokens,  # type: ignore[attr-defined]
             device=device,
-            backend=backend,
+            backend=_adapter_backend(settings),
         )
 
     def _draft_dispatcher(
@@ -130,6 +121,7 @@ class _AscendSpecProposerMixin:
         if ours:
             next_ids = kwargs.get("next_token_ids")
             num_reqs = int(next_ids.shape[0]) if next_ids is not None else int(drafts.shape[0])
+            spec.req_ids = self.runner.input_batch.req_ids  # type: ignore[attr-defined]
             spec.finish(num_reqs, num_drafts=num_speculative_tokens)
         return drafts
 

@@ -20,13 +20,13 @@ device lengths one ``int()`` per request. :class:`AscendSpecDynamicSpec` keeps t
 
 The seam: :class:`VerifyPlanner` is the one call the adapter makes, ``plan(confidence [B, K]) -> [B] int32``.
 :class:`ControllerVerifyPlanner` is its composition of the project's pieces (``survival_probs`` ->
-``BudgetController.plan`` -> ``allocate_verify_budget``); the engine-side dynamic verification (measured cost
-profiles, the V1 scheduler hand-off) provides its planner through the same protocol, and the adapter does not
-duplicate it.
+``BudgetController.plan`` -> ``allocate_verify_budget``), built at the engine's first real step from the
+``dynamic.profile`` costs (measured on the NPU runner, or read): :mod:`ascend_spec.vllm.ascend.dynamic`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -76,35 +76,6 @@ class ControllerVerifyPlanner:
         return plan.num_drafts
 
 
-def make_controller_planner(
-    profile: str,
-    *,
-    method: str,
-    num_speculative_tokens: int,
-    mode: str,
-    backend: str,
-) -> ControllerVerifyPlanner:
-    """The default planner: a BudgetController on the plan profile's target and ``method`` drafter costs."""
-    from ascend_spec.graph.plan_report import _configs_path, load_plan_profile
-
-    plan_profile = load_plan_profile(_configs_path(profile, "profiles"))
-    if method not in plan_profile.drafters:
-        raise ValueError(
-            f"additional_config['ascend_spec']['vllm_ascend']['profile'] {profile!r} has no {method!r} drafter "
-            f"costs; it has {', '.join(sorted(plan_profile.drafters))}"
-        )
-    drafter = plan_profile.drafters[method]
-    controller = BudgetController(
-        drafter.cost_profile(num_speculative_tokens),
-        plan_profile.target,
-        max_drafts=num_speculative_tokens,
-        draft_tokens_per_request=drafter.tokens_per_request(num_speculative_tokens),
-        mode=mode,
-        backend=backend,
-    )
-    return ControllerVerifyPlanner(controller, backend=backend)
-
-
 def _confidence_logits(model: Any, hidden: torch.Tensor, markov: torch.Tensor) -> torch.Tensor:
     """The DSpark confidence head's logits (before the sigmoid ``head_confidence`` applies).
 
@@ -117,6 +88,21 @@ def _confidence_logits(model: Any, hidden: torch.Tensor, markov: torch.Tensor) -
     return model.model.confidence_head(hidden, markov)
 
 
+@dataclass(frozen=True)
+class PublishedLengths:
+    """One step's lengths in their host slot (``event``: the copy's end, None when already there)."""
+
+    req_ids: list[str]
+    host: torch.Tensor
+    event: Any
+
+    def by_request(self) -> dict[str, int]:
+        """Request id -> drafts to verify, once the copy has landed (waits for it: off the step)."""
+        if self.event is not None:
+            self.event.synchronize()
+        return dict(zip(self.req_ids, self.host.tolist()))
+
+
 class AscendSpecDynamicSpec:
     """Drop-in for ``vllm_ascend.spec_decode.utils.DynamicSpecScheduler`` (module docstring)."""
 
@@ -124,7 +110,7 @@ class AscendSpecDynamicSpec:
         self,
         *,
         method: str,
-        planner: VerifyPlanner,
+        planner: VerifyPlanner | None,
         max_batch_size: int,
         num_speculative_tokens: int,
         device: torch.device | str,
@@ -133,6 +119,8 @@ class AscendSpecDynamicSpec:
         if method not in METHODS:
             raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
         self.method = method
+        # None until the engine's first real step (profiles are measured after the KV cache exists:
+        # ascend_spec.vllm.ascend.dynamic); until then every draft is verified.
         self.planner = planner
         self.max_batch_size = max_batch_size
         self.num_speculative_tokens = num_speculative_tokens
@@ -142,12 +130,19 @@ class AscendSpecDynamicSpec:
             max_batch_size, num_speculative_tokens, dtype=torch.float32, device=self.device
         )
         # B lengths, then one element for the planner's staged total (async controller): one copy carries both.
-        self._host = torch.zeros(max_batch_size + 1, dtype=torch.int32, pin_memory=self.device.type != "cpu")
+        # A ring of host slots: under async scheduling a step's lengths are read where its output is handed over,
+        # after the next step may have published its own.
+        pinned = self.device.type != "cpu"
+        self._ring = [torch.zeros(max_batch_size + 1, dtype=torch.int32, pin_memory=pinned) for _ in range(4)]
+        self._next_slot = 0
+        self._host = self._ring[0]
         self._event: Any = None
         self._num_reqs: int | None = None
         self._total_at: int | None = None  # where the last copy put a staged total not yet recorded
         self.host_copies = 0  # device-to-host copies made (one per finished step)
         self.step_drafts = num_speculative_tokens  # this step's K (vllm-ascend may schedule fewer than K)
+        self.req_ids: list[str] = []  # the draft pass's requests, set by the proposer before finish()
+        self.published: PublishedLengths | None = None  # the last finish()'s lengths, for the hand-over
 
     # -- the interface vllm-ascend's proposers and runner use -------------------------------------------------
     def update(
@@ -186,6 +181,8 @@ class AscendSpecDynamicSpec:
             raise ValueError(f"num_reqs must be in [1, {self.max_batch_size}]; got {num_reqs}")
         if num_drafts == 0:
             lengths = torch.zeros(num_reqs, dtype=torch.int32, device=self.device)
+        elif self.planner is None:  # before the first real step (warm-up): the drafts as proposed
+            lengths = torch.full((num_reqs,), self.step_drafts, dtype=torch.int32, device=self.device)
         else:
             lengths = self.planner.plan(self._confidence[:num_reqs])
         self._publish(lengths)
@@ -255,6 +252,8 @@ class AscendSpecDynamicSpec:
         if total is not None:  # [lengths | total] on the device, then one copy
             lengths = torch.cat((lengths.to(torch.int32), total.to(torch.int32).view(1)))
         n = lengths.shape[0]
+        self._host = self._ring[self._next_slot % len(self._ring)]
+        self._next_slot += 1
         self._host[:n].copy_(lengths, non_blocking=lengths.device.type != "cpu")
         self.host_copies += 1
         self._num_reqs = b
@@ -264,3 +263,5 @@ class AscendSpecDynamicSpec:
             mod = torch.cuda if lengths.device.type == "cuda" else torch.npu  # type: ignore[attr-defined]
             self._event = mod.Event()
             self._event.record()
+        req_ids = list(self.req_ids[:b]) if len(self.req_ids) >= b else []
+        self.published = PublishedLengths(req_ids, self._host[:b], self._event)

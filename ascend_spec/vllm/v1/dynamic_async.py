@@ -179,6 +179,7 @@ def _async_lengths_enabled(scheduler) -> bool:  # noqa: ANN001
         scheduler._ascend_spec_async = enabled
         scheduler._ascend_spec_lengths = {}
         scheduler._ascend_spec_placeholders = {}
+        scheduler._ascend_spec_default = 0
     return enabled
 
 
@@ -205,6 +206,7 @@ def install_async_scheduler() -> None:
             lengths = getattr(model_runner_output, LENGTHS_ATTRIBUTE, None)
             if lengths:
                 self._ascend_spec_lengths.update(lengths)
+                self._ascend_spec_default = round(sum(lengths.values()) / len(lengths))
         outputs = update_from_output(self, scheduler_output, model_runner_output)
         if (
             self.__dict__.get("_ascend_spec_async")
@@ -221,14 +223,18 @@ def install_async_scheduler() -> None:
 
 def cut_placeholders(scheduler) -> None:  # noqa: ANN001
     """Each running request's placeholder draft list cut to the worker's latest length for it (never grown: the
-    scheduler may have given fewer, e.g. near the model's length limit)."""
+    scheduler may have given fewer, e.g. near the model's length limit).
+
+    A request no plan has reached yet (the plan lags one step behind the drafts) gets the latest plan's mean
+    length, and 0 before the engine's first plan: it verifies nothing until the controller has seen its
+    drafter, instead of a full block the costs may not justify (vLLM's counters then count what was planned).
+    """
     lengths = scheduler._ascend_spec_lengths
-    if not lengths:
-        return
+    default = scheduler._ascend_spec_default
     placeholders = scheduler._ascend_spec_placeholders
     for request in scheduler.running:
-        n = lengths.get(request.request_id)
-        if n is None or n >= len(request.spec_token_ids):
+        n = lengths.get(request.request_id, default)
+        if n >= len(request.spec_token_ids):
             continue
         cut = placeholders.get(n)
         if cut is None:

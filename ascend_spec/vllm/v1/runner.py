@@ -44,10 +44,9 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         npu = is_npu_runner(self)
         if npu:
             prepare_npu_runner()  # vllm-ascend's version matrix, then its hooks
-            _check_npu_engine(settings)
         else:
             check_supported()
-        _check_engine(vllm_config, settings)
+        _check_engine(vllm_config, settings, npu=npu)
         # An engine step must not pay the ops' value checks (host syncs, on by default for CPU tensors): off
         # in engine processes unless the user sets ASCEND_SPEC_CHECKS (the tests set it to 1).
         os.environ.setdefault("ASCEND_SPEC_CHECKS", "0")
@@ -77,6 +76,10 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         self.ascend_spec_release = release
         _install_runner_hooks(self)
         if npu:  # vllm-ascend samples and drafts with its own kernels: the CPU engine's repairs do not apply
+            if settings.dynamic.enabled:
+                from ascend_spec.vllm.ascend.dynamic import install_npu_dynamic
+
+                install_npu_dynamic(self)
             return
         from ascend_spec.vllm.v1.rejection_expand import install_rejection_expand
 
@@ -97,26 +100,15 @@ def _drafts_with_dspark(vllm_config, settings: AscendSpecConfig) -> bool:  # noq
     return settings.dspark and spec is not None and spec.method == "dspark"
 
 
-def _check_npu_engine(settings: AscendSpecConfig) -> None:
-    """On vllm-ascend's NPUModelRunner: the core V1 runner's dynamic verification is refused.
+def _check_engine(vllm_config, settings: AscendSpecConfig, *, npu: bool = False) -> None:  # noqa: ANN001
+    """Engine settings the patch points need, refused with the setting to change. On vllm-ascend's
+    NPUModelRunner dynamic verification is the adapter's (:mod:`ascend_spec.vllm.ascend.dynamic`): it overrides
+    every runner method V1's dynamic hooks wrap."""
+    if settings.dynamic.enabled and npu:
+        from ascend_spec.vllm.ascend.dynamic import check_npu_dynamic_engine
 
-    NPUModelRunner overrides every method its hooks wrap (``execute_model``, ``_sample``,
-    ``propose_draft_token_ids``, ``take_draft_token_ids``, ``sample_tokens``, ``_input_fits_in_drafter``,
-    ``_calc_spec_decode_metadata``, ``_copy_draft_token_ids_to_cpu``: vllm-ascend 0.30.0rc2,
-    ``worker/model_runner_v1.py``), so they would wrap code they were never run on; the adapter's own dynamic
-    verification replaces vllm-ascend's ``DynamicSpecScheduler`` instead.
-    """
-    if settings.dynamic.enabled:
-        raise ValueError(
-            "additional_config['ascend_spec']['dynamic'] drives vLLM's own V1 runner and is not supported on "
-            "vllm-ascend's NPUModelRunner; use additional_config['ascend_spec']['vllm_ascend']['dynamic_verify'] "
-            "(with the speculative method's dynamic_spec_config) instead"
-        )
-
-
-def _check_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
-    """Engine settings the patch points need, refused with the setting to change."""
-    if settings.dynamic.enabled:
+        check_npu_dynamic_engine(vllm_config, settings)
+    elif settings.dynamic.enabled:
         from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
 
         check_dynamic_engine(vllm_config, settings.dynamic.mode)
