@@ -90,6 +90,57 @@ def test_cli_plan_prints_the_table(capsys, tmp_path):
     assert [p["batch_size"] for p in data["plans"]] == [1, 64, 256]
 
 
+def test_cli_plan_reads_an_engine_profile(capsys, tmp_path):
+    """The profile an engine measures (``dynamic.profile``) is planned on as it is: its target and its drafter,
+    named by the engine's method, give the same table as a plan profile holding the same two profiles."""
+    from ascend_spec.graph.plan_report import ENGINE_PROFILE_FORMAT, load_plan_profile
+
+    shipped = load_plan_profile(CONFIGS_DIR / "profiles" / "talk_ascend910b.json")
+    target, draft = shipped.target.to_dict(), shipped.drafters["dspark"].profile.to_dict()
+    engine = tmp_path / "engine.json"
+    engine.write_text(
+        json.dumps(
+            {
+                "format": ENGINE_PROFILE_FORMAT,
+                "key": {"method": "dspark", "model": "m", "num_speculative_tokens": 7},
+                "startup_s": 1.0,
+                "target": target,
+                "draft": draft,
+            }
+        )
+    )
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "format": "ascend-spec/plan-profile/v1",
+                "label": "same",
+                "target": target,
+                "drafters": {"dspark": {"query": "K", "profile": draft}},
+            }
+        )
+    )
+    tables = []
+    for path in (engine, plan):
+        assert (
+            cli.main(
+                ["plan", "--profile", str(path), "--acceptance", "dspark_talk", "--batch-sizes", "4", "64"]
+            )
+            == 0
+        )
+        tables.append(
+            [
+                line
+                for line in capsys.readouterr().out.splitlines()
+                if line.startswith(("plain", "fixed", "dynamic"))
+            ]
+        )
+    assert tables[0] == tables[1] and tables[0]
+    engine.write_text(json.dumps({"format": ENGINE_PROFILE_FORMAT, "target": target}))
+    assert cli.main(["plan", "--profile", str(engine), "--acceptance", "dspark_talk"]) == 2
+    assert "an engine profile needs a 'draft' profile" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("curve", ["eagle3_talk", "dflash_talk", "dspark_talk_mixture"])
 def test_cli_plan_by_shipped_name(capsys, curve):
     assert cli.main(["plan", "--acceptance", curve, "--batch-sizes", "8", "128"]) == 0

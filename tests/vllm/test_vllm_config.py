@@ -41,6 +41,25 @@ def test_bad_settings_name_the_key_and_value(raw: object, message: str) -> None:
         parse_config({"ascend_spec": raw})
 
 
+def test_the_deprecated_adapter_switch_is_dynamic_with_its_plan_profile(caplog) -> None:  # noqa: ANN001
+    """``vllm_ascend.dynamic_verify`` (the adapter's own switch) keeps working one release as ``dynamic`` with
+    its plan profile, with one deprecation line naming the new key; both switches at once are refused."""
+    import logging
+
+    from ascend_spec.vllm import config
+
+    config._deprecation_logged = False
+    with caplog.at_level(logging.WARNING):
+        cfg = parse_config({"ascend_spec": {"vllm_ascend": {"dynamic_verify": True, "profile": "x.json"}}})
+        parse_config({"ascend_spec": {"vllm_ascend": {"dynamic_verify": True}}})
+    assert cfg.dynamic.enabled and cfg.dynamic.profile == "x.json" and cfg.dynamic.mode == "auto"
+    lines = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert len(lines) == 1 and "additional_config['ascend_spec']['dynamic']" in lines[0]
+    with pytest.raises(ValueError, match=r"both switch on dynamic verification; keep"):
+        parse_config({"ascend_spec": {"dynamic": True, "vllm_ascend": {"dynamic_verify": True}}})
+    assert not parse_config({"ascend_spec": {"vllm_ascend": {"profile": "x.json"}}}).dynamic.enabled
+
+
 def test_every_patch_point_is_registered_with_what_why_how_and_when_it_can_go() -> None:
     names = [p.name for p in PATCH_POINTS]
     assert len(names) == len(set(names))

@@ -517,10 +517,44 @@ def test_engine_profile_file_round_trip_and_errors(tmp_path) -> None:  # noqa: A
     assert again.source == f"file {tmp_path / 'p.json'}" and again.target == first.target
     assert json.loads((tmp_path / "p.json").read_text())["format"] == ENGINE_PROFILE_FORMAT
     (tmp_path / "bad.json").write_text(json.dumps({"format": "other"}))
-    with pytest.raises(
-        ValueError, match=_err("['dynamic']['profile']: ") + ".*is not an engine profile file"
-    ):
+    with pytest.raises(ValueError, match=_err("['dynamic']['profile']: ") + ".*is not a profile file"):
         load_engine_profiles(tmp_path / "bad.json")
+
+
+def test_a_plan_profile_or_shipped_name_gives_the_engines_drafter_at_its_k(tmp_path) -> None:  # noqa: ANN001
+    """``dynamic.profile`` also reads plan profiles (a file, or a shipped name as ``ascend-spec plan`` takes it):
+    the target, and the drafter named like the engine's method at the engine's K (sequential: K passes)."""
+    from ascend_spec.graph.plan_report import load_plan_profile
+    from ascend_spec.paths import CONFIGS_DIR
+
+    key = {"method": "dspark", "num_speculative_tokens": 5}
+    shipped = load_plan_profile(CONFIGS_DIR / "profiles" / "talk_ascend910b.json")
+    by_name = engine_profiles(DynamicConfig(profile="talk_ascend910b"), key, lambda: pytest.fail("measured"))
+    assert by_name.source.startswith("file ") and by_name.source.endswith("talk_ascend910b.json")
+    assert by_name.target == shipped.target
+    assert by_name.draft == shipped.drafters["dspark"].cost_profile(5)
+    for method in shipped.drafters:  # a sequential drafter's profile is its K passes
+        got = load_engine_profiles(
+            CONFIGS_DIR / "profiles" / "talk_ascend910b.json", {"method": method, "num_speculative_tokens": 3}
+        )
+        assert got.draft == shipped.drafters[method].cost_profile(3)
+    with pytest.raises(ValueError, match=r"has no costs for the drafter 'ngram'; it has "):
+        load_engine_profiles(CONFIGS_DIR / "profiles" / "talk_ascend910b.json", {"method": "ngram"})
+    # a path that is neither a file nor a shipped name is where the measured profile goes
+    written = engine_profiles(
+        DynamicConfig(profile=str(tmp_path / "new.json"), warmup=0, repeats=1),
+        key,
+        lambda: measure_engine_profiles(
+            lambda n: None,
+            lambda n: None,
+            GraphBuckets([1, 2]),
+            GraphBuckets([5]),
+            DynamicConfig(warmup=0, repeats=1),
+            torch.device("cpu"),
+            key,
+        ),
+    )
+    assert written.source == "measured" and (tmp_path / "new.json").exists()
 
 
 def test_measuring_past_the_start_up_bound_is_an_error() -> None:
