@@ -530,3 +530,24 @@ def trim_draft_token_ids(draft, lengths: list[int] | None):  # noqa: ANN001, ANN
         return draft
     ids = [list(row[:n]) for row, n in zip(rows, lengths)]
     return type(draft)(draft.req_ids, ids)
+
+
+def startup_line(
+    *,
+    runner: str,
+    controller: str,
+    mode: str,
+    method: str,
+    scored_by: str,
+    num_spec_tokens: int,
+    draft_tokens: int,
+    profile_source: str,
+    startup_s: float,
+) -> str:
+    """The one start-up line of dynamic verification, the same on every runner: which controller runs, in which
+    mode, on what scores, and where its cost profiles came from."""
+    return (
+        f"ascend-spec: dynamic verification on {runner}: controller {controller}, mode {mode}; {method} drafts "
+        f"scored by {scored_by}, K={num_spec_tokens}, drafter Q={draft_tokens}; cost profiles {profile_source} "
+        f"({startup_s:.2f} s at start-up)"
+    )

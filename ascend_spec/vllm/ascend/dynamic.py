@@ -34,6 +34,7 @@ from ascend_spec.vllm.cost_profiles import (
     profile_key,
     time_target_forward,
 )
+from ascend_spec.vllm.dynamic import startup_line
 from ascend_spec.vllm.graphs import engine_graphs
 from ascend_spec.vllm.log import plugin_logger
 
@@ -135,20 +136,23 @@ def build_planner(runner) -> ControllerVerifyPlanner:  # noqa: ANN001
         mode=mode,
         backend=backend,
     )
-    scored = "max_softmax_confidence" if drafter.method == "dflash" else "head_confidence"
+    scheduling = "async" if vllm_config.scheduler_config.async_scheduling else "sync"
+    hand_over = (
+        "on the step's output to the async scheduler" if scheduling == "async" else "take_draft_token_ids"
+    )
     logger.info(
-        "ascend-spec: dynamic verification on vllm-ascend's NPUModelRunner: controller BudgetController in "
-        "AscendSpecDynamicSpec (replaces vllm-ascend's DynamicSpecScheduler), mode %s (%s scheduling), %s scored "
-        "by %s, K=%d, drafter Q=%d, backend %s; cost profiles %s (%.2f s at start-up)",
-        mode,
-        "async" if vllm_config.scheduler_config.async_scheduling else "sync",
-        drafter.method,
-        scored,
-        k,
-        q,
-        backend,
-        profiles.source,
-        profiles.startup_s,
+        startup_line(
+            runner="vllm-ascend's NPUModelRunner",
+            controller=f"BudgetController in AscendSpecDynamicSpec (replaces DynamicSpecScheduler; lengths via "
+            f"{hand_over}; backend {backend})",
+            mode=f"{mode} ({scheduling} scheduling)",
+            method=drafter.method,
+            scored_by="max_softmax_confidence" if drafter.method == "dflash" else "head_confidence",
+            num_spec_tokens=k,
+            draft_tokens=q,
+            profile_source=profiles.source,
+            startup_s=profiles.startup_s,
+        )
     )
     return ControllerVerifyPlanner(controller, backend=backend)
 

@@ -28,7 +28,7 @@ from ascend_spec.vllm.cost_profiles import (
     profile_key,
     time_target_forward,
 )
-from ascend_spec.vllm.dynamic import DynamicVerifier, take_checked_scores, trim_draft_token_ids
+from ascend_spec.vllm.dynamic import DynamicVerifier, startup_line, take_checked_scores, trim_draft_token_ids
 from ascend_spec.vllm.graphs import SCORED_METHODS, V1_PLANNED_METHODS, engine_graphs
 from ascend_spec.vllm.log import plugin_logger
 from ascend_spec.vllm.step_costs import MeasuredStepCosts
@@ -279,14 +279,29 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         verifier.step_costs = MeasuredStepCosts(
             controller, statistic=settings.dynamic.statistic, every=settings.dynamic.measure_every
         )
+    controller_kind = (
+        "BudgetController (host plan per step from one copy of the survivals; lengths cut in "
+        "take_draft_token_ids)"
+        if sync
+        else "BudgetController (survivals staged without a wait; lengths on the step's output to the async "
+        "scheduler)"
+    )
+    if estimate:
+        scored_by = "the acceptance estimate" + (" x its own scores" if method in SCORED_METHODS else "")
+    else:
+        scored_by = "head_confidence" if method == "dspark" else "max_softmax_confidence"
     logger.info(
-        "ascend-spec: dynamic verification (%s), %s, K=%d, drafter Q=%d; cost profiles %s (%.2f s at start-up)",
-        settings.dynamic.mode,
-        f"{method} scored by " + ("the acceptance estimate" if estimate else "its own scores"),
-        k,
-        q,
-        profiles.source,
-        profiles.startup_s,
+        startup_line(
+            runner="Model Runner V1",
+            controller=controller_kind,
+            mode=settings.dynamic.mode,
+            method=method,
+            scored_by=scored_by,
+            num_spec_tokens=k,
+            draft_tokens=q,
+            profile_source=profiles.source,
+            startup_s=profiles.startup_s,
+        )
     )
     return verifier
 
