@@ -11,6 +11,8 @@ here stops every engine of the process, also those that never enable the plugin.
 * the **runner hooks** of each runner the installed release is listed for (:mod:`ascend_spec.vllm.releases`):
   V1's (:mod:`ascend_spec.vllm.v1`) and V2's (:mod:`ascend_spec.vllm.v2`), each only where its targets exist;
   a failure of V2's hooks refuses V2 engines only;
+* the verify stats line (``dynamic.log_every``) in vLLM's engine-core scheduler, which every runner goes through
+  (:mod:`ascend_spec.vllm.verify_log`), on every supported release;
 * where vllm-ascend is installed, its ``AscendConfig`` (which forbids unknown ``additional_config`` keys) is made to
   leave the plugin's key alone (:mod:`ascend_spec.vllm.ascend.config_key`; without importing vllm-ascend);
 * nothing escapes: a failure is logged through vLLM's logger (one warning line) and kept for the gate.
@@ -49,6 +51,7 @@ def install() -> None:
         version = installed_vllm_version()
         _install_config_gate()
         _install_vllm_ascend_config_key()
+        _install_verify_log(version)
         release = v1_release(version)
         if release is not None:
             from ascend_spec.vllm.v1 import install_v1
@@ -84,6 +87,17 @@ def _install_v2(version: str) -> None:
             version,
             _v2_error,
         )
+
+
+def _install_verify_log(version: str) -> None:
+    """The verify stats line (:mod:`ascend_spec.vllm.verify_log`) on every supported release, in the engine-core
+    scheduler every runner goes through; before V1's hooks, whose ``AsyncScheduler`` wrapper takes the method
+    ``AsyncScheduler`` inherits from ``Scheduler``."""
+    if v1_release(version) is None and v2_release(version) is None:
+        return
+    from ascend_spec.vllm.verify_log import install_verify_log
+
+    install_verify_log()
 
 
 def check_enabled_config(vllm_config) -> None:  # noqa: ANN001

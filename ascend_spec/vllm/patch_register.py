@@ -22,6 +22,7 @@ _V2_BLOCK_SLOTS = tuple(
     f"vLLM {v}" for v, r in V2_RELEASES.items() if r.v2_shims.dflash_inputs_from_block_slots
 )
 _VLLM_ASCEND = ("vllm-ascend 0.30.0rc2 with vLLM 0.30.0",)
+_EVERY_SUPPORTED = tuple(f"vLLM {v}" for v in dict.fromkeys([*V1_RELEASES, *V2_RELEASES])) + _VLLM_ASCEND
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,24 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         remove_when="vLLM validates plugin settings itself",
         runner=ANY_RUNNER,
         releases=("every vLLM release from 0.23 on",),
+    ),
+    PatchPoint(
+        name="verify_stats_log",
+        target="vllm.v1.core.sched.scheduler.Scheduler.update_from_output",
+        what="for an engine with dynamic verification on: per decode request-step the drafts scheduled for "
+        "verification and the accepted count (vLLM's own: sampled tokens - 1), by request class (acceptance so "
+        "far: new, high >= 2/3, mid, low < 1/3); every dynamic.log_every steps with decode requests one INFO line "
+        "(mean verify length per class, plain-decoding steps, acceptance, K); finished requests dropped",
+        why="every runner (V1 sync and async, V2, vllm-ascend's NPUModelRunner) hands its steps to vLLM's "
+        "engine-core scheduler, the one place that sees what each request verified and accepted; vLLM's own "
+        "spec-decoding metrics have no per-request class and no plain-decoding count",
+        how="class-level wrapper installed once by register() on every supported release, before V1's "
+        "AsyncScheduler hooks (which wrap the method AsyncScheduler inherits); decided once per scheduler from "
+        "its additional_config (ascend_spec/vllm/verify_log.py): without dynamic verification, or with "
+        "log_every 0, one dict lookup and vLLM's method",
+        remove_when="vLLM logs verify lengths per request class and plain-decoding steps itself",
+        runner=ANY_RUNNER,
+        releases=_EVERY_SUPPORTED,
     ),
     PatchPoint(
         name="runner_init",

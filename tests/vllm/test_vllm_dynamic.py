@@ -10,6 +10,7 @@ cache on a second engine.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,44 @@ def _dynamic(profile: str, calibrate: bool = False) -> dict:
     step corrections off (the given profiles are in made-up units), so the decisions follow the drafter's
     confidences and the profile alone."""
     return {"dynamic": {"mode": "sync", "profile": profile, "calibrate": calibrate, "measure_steps": False}}
+
+
+# The verify stats line (verify_stats_log) every 4 steps with decode requests, read from the engine's log file.
+LOG_EVERY = 4
+STATS_LINE = re.compile(
+    r"ascend-spec dynamic verification: steps (\d+)-(\d+): mean verify length "
+    r"((?:(?:high|mid|low|new) \d+\.\d\d \(\d+(?: request-steps)?\)(?:, )?)+); "
+    rf"plain-decoding steps (\d+)/{LOG_EVERY}; acceptance (?:\d+\.\d%|-); K={K}$"
+)
+
+
+def _log_to(path: Path) -> dict[str, str]:
+    """The child engine's ``vllm`` logger also written to ``path`` (VLLM_LOGGING_CONFIG_PATH): run_isolated
+    returns no log of an engine that ran."""
+    config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(levelname)s %(name)s %(message)s"}},
+        "handlers": {"file": {"class": "logging.FileHandler", "filename": str(path), "formatter": "plain"}},
+        "loggers": {"vllm": {"handlers": ["file"], "level": "INFO", "propagate": False}},
+    }
+    config_path = path.with_suffix(".json")
+    config_path.write_text(json.dumps(config))
+    return {"VLLM_LOGGING_CONFIG_PATH": str(config_path)}
+
+
+def _check_stats_lines(log: Path) -> None:
+    """One line per LOG_EVERY steps with decode requests, numbered on from step 1, means within 0..K."""
+    lines = [
+        line for line in log.read_text().splitlines() if "ascend-spec dynamic verification: steps" in line
+    ]
+    assert lines, log.read_text()[-2000:]
+    for i, line in enumerate(lines):
+        match = STATS_LINE.search(line)
+        assert match is not None, line
+        assert (int(match[1]), int(match[2])) == (i * LOG_EVERY + 1, (i + 1) * LOG_EVERY), line
+        means = [float(m) for m in re.findall(r"(?:high|mid|low|new) (\d+\.\d\d)", match[3])]
+        assert means and all(0.0 <= m <= K for m in means), line
 
 
 def _check_step_counters(stats: dict, max_batch: int) -> None:
@@ -142,7 +181,13 @@ def test_async_mode_under_v1_async_scheduling_matches_plain_with_ragged_lengths_
 
 def _check_lossless_ragged(engine_dir, tmp_path, models, plain, target: str, method: str) -> None:  # noqa: ANN001
     profile = _profile(tmp_path / "step.json", STEP_TARGET, DRAFT)
-    ours = run(engine_dir, models, speculative=_drafter(method, models), plugin=_dynamic(profile), env=ENV)
+    plugin = _dynamic(profile)
+    plugin["dynamic"]["log_every"] = LOG_EVERY
+    log = tmp_path / "vllm.log"
+    ours = run(
+        engine_dir, models, speculative=_drafter(method, models), plugin=plugin, env={**ENV, **_log_to(log)}
+    )
+    _check_stats_lines(log)
     # Qwen3 low-entropy: exact; the hybrid in bf16 under part 1's tie rule (each stop is reported)
     assert_matches_plain(plain, ours, allow_ties=target == "hybrid")
     stats = ours.dynamic
