@@ -115,6 +115,11 @@ def adapter_probe(worker) -> dict:  # noqa: ANN001 - collective_rpc target, runs
         "ascend_spec": runner.__dict__.get("ascend_spec") is not None,
         "methods": own,
         "steps": list(_STEPS),
+        "dynamic_stats": (
+            runner.ascend_spec_dynamic.stats.as_dict()
+            if getattr(runner, "ascend_spec_dynamic", None) is not None
+            else None
+        ),
     }
 
 

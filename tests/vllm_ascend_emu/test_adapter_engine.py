@@ -211,6 +211,29 @@ def test_dynamic_under_vllms_default_async_scheduling_verifies_below_k_by_vllms_
     assert 0 < run.num_draft_tokens < K7 * run.num_drafts, (run.num_draft_tokens, run.num_drafts)
 
 
+def test_ngram_planned_on_the_host_estimate_is_lossless_and_verifies_below_k(
+    ascend_engine_dir: Path, dense: TinyModels, plain: EngineRun, tmp_path: Path
+) -> None:
+    """ngram (vllm-ascend's host drafter) on the acceptance estimate, kept on the host beside it: vLLM's counters
+    show fewer than K per draft and no more drafts verified than planned; tokens are plain decoding's."""
+    speculative = {
+        "method": "ngram",
+        "num_speculative_tokens": K7,
+        "prompt_lookup_min": 1,
+        "prompt_lookup_max": 3,
+    }
+    plugin = {"dynamic": {"profile": str(_engine_profile(tmp_path / "engine.json"))}}
+    run, probe = _run(
+        ascend_engine_dir, EngineSpec(target=dense.target, speculative=speculative, plugin=plugin)
+    )
+    assert run.tokens == plain.tokens
+    stats = probe["dynamic_stats"]
+    assert stats is not None and stats["steps"] > 0 and stats["score_kinds"] == {"estimate": stats["steps"]}
+    assert 0 < run.num_draft_tokens < K7 * run.num_drafts, (run.num_draft_tokens, run.num_drafts)
+    planned = sum(int(n) * c for n, c in stats["lengths"].items())
+    assert run.num_draft_tokens <= planned  # the scheduler verified what was planned, no more
+
+
 def test_dspark_k7_with_the_plugin_is_lossless_and_verifies_below_k(
     ascend_engine_dir: Path, dense: TinyModels, plain: EngineRun, tmp_path: Path
 ) -> None:

@@ -34,18 +34,28 @@ from ascend_spec.vllm.cost_profiles import (
     profile_key,
     time_target_forward,
 )
-from ascend_spec.vllm.dynamic import startup_line
+from ascend_spec.vllm.dynamic import DynamicVerifier, startup_line
 from ascend_spec.vllm.graphs import engine_graphs
 from ascend_spec.vllm.log import plugin_logger
 
 logger = plugin_logger()
 
 
+#: What the adapter plans: DFlash and DSpark on their scores (the proposers' verify scheduler), ngram on the
+#: acceptance estimate (host drafts, sync scheduling: :mod:`ascend_spec.vllm.ascend.ngram_estimate`).
+NPU_PLANNED_METHODS = (*METHODS, "ngram")
+
+
 def check_npu_dynamic_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
     """Refuse, naming the setting, what the adapter's dynamic verification does not plan."""
     from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
 
-    check_dynamic_engine(vllm_config, settings.dynamic.mode, METHODS)
+    check_dynamic_engine(vllm_config, settings.dynamic.mode, NPU_PLANNED_METHODS)
+    if vllm_config.speculative_config.method == "ngram" and vllm_config.scheduler_config.async_scheduling:
+        raise ValueError(
+            f"{_where('dynamic')} plans ngram's host drafts when the scheduler asks for them, which vLLM does only "
+            "under sync scheduling; start the engine with async_scheduling=False (--no-async-scheduling)"
+        )
     from ascend_spec.vllm.ascend.runner import is_dflash2
 
     if is_dflash2(vllm_config.speculative_config):
@@ -66,6 +76,11 @@ def controller_mode(settings: AscendSpecConfig) -> str:
 def install_npu_dynamic(runner) -> None:  # noqa: ANN001
     """Hook an enabled NPU runner (from ``runner_init``, inside ``NPUModelRunner.__init__``'s ``super()`` call:
     its drafter is built after, so the drafter's scheduler is looked up per call)."""
+    if runner.vllm_config.speculative_config.method == "ngram":
+        from ascend_spec.vllm.ascend.ngram_estimate import install_npu_ngram
+
+        install_npu_ngram(runner, build_ngram_verifier)
+        return
     execute_model = runner.execute_model
     sample_tokens = runner.sample_tokens
 
@@ -155,6 +170,55 @@ def build_planner(runner) -> ControllerVerifyPlanner:  # noqa: ANN001
         )
     )
     return ControllerVerifyPlanner(controller, backend=backend)
+
+
+def build_ngram_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
+    """ngram's controller: the target measured with the NPU runner's dummy forward (ngram runs no forward: its
+    draft profile is ~0), or ``dynamic.profile``'s file; planned on the host estimate."""
+    settings = runner.ascend_spec
+    vllm_config = runner.vllm_config
+    device = torch.device(runner.device)
+    graphs = engine_graphs(vllm_config, device)
+    key = profile_key(vllm_config, device, graphs, settings.dynamic)
+    key["model_runner"] = "vllm-ascend NPUModelRunner"
+    k, q = graphs.num_spec_tokens, graphs.draft_tokens_per_request
+
+    def measure():  # noqa: ANN202
+        return measure_engine_profiles(
+            lambda n: time_target_forward(runner, n, runner.drafter, "dummy_run"),
+            lambda n: None,
+            graphs.target.buckets,
+            graphs.draft.buckets,
+            settings.dynamic,
+            device,
+            key,
+        )
+
+    profiles = engine_profiles(settings.dynamic, key, measure)
+    controller = BudgetController(
+        profiles.draft,
+        controller_target_profile(profiles, graphs),
+        max_drafts=k,
+        draft_tokens_per_request=q,
+        mode="sync",
+        backend="auto",
+    )
+    verifier = DynamicVerifier(controller, graphs, probe_interval=settings.dynamic.probe_interval)
+    verifier.profiles = profiles
+    logger.info(
+        startup_line(
+            runner="vllm-ascend's NPUModelRunner",
+            controller="BudgetController on the host (ngram's host drafts; lengths cut in take_draft_token_ids)",
+            mode="sync (sync scheduling)",
+            method="ngram",
+            scored_by="the acceptance estimate (host)",
+            num_spec_tokens=k,
+            draft_tokens=q,
+            profile_source=profiles.source,
+            startup_s=profiles.startup_s,
+        )
+    )
+    return verifier
 
 
 @torch.inference_mode()
