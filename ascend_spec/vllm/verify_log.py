@@ -70,15 +70,17 @@ class VerifyStats:
         index = model_runner_output.req_id_to_index
         per_step = getattr(scheduler, "num_sampled_tokens_per_step", 1)
         known = self.requests
+        request_steps, lengths = self.request_steps, self.lengths
+        total_accepted = total_verified = 0
         decode = verified_any = False
         for req_id, num_tokens in scheduler_output.num_scheduled_tokens.items():
             drafts = spec.get(req_id)
             request = requests.get(req_id)
-            if request is None or request.num_stale_output_tokens > 0 or request.is_finished():
+            if request is None or request.num_stale_output_tokens or request.is_finished():
                 continue  # vLLM drops (or discards) this output too
             if drafts:
                 length = len(drafts)
-            elif num_tokens == 1 and request.num_output_tokens > 0:
+            elif num_tokens == 1 and request.num_output_tokens:
                 length = 0
             else:
                 continue  # a prefill chunk
@@ -87,7 +89,7 @@ class VerifyStats:
             if counts is None:
                 counts = known[req_id] = [0, 0]
             accepted, verified = counts
-            if verified == 0:
+            if not verified:
                 cls = _NEW
             elif 3 * accepted >= 2 * verified:
                 cls = _HIGH
@@ -95,18 +97,20 @@ class VerifyStats:
                 cls = _LOW
             else:
                 cls = _MID
-            self.request_steps[cls] += 1
-            self.lengths[cls] += length
+            request_steps[cls] += 1
             if length:
                 verified_any = True
+                lengths[cls] += length
                 i = index.get(req_id)
                 row_len = len(sampled[i]) if sampled and i is not None else 0
                 if row_len or per_step == 0:  # as vLLM counts its own spec-decoding stats
-                    n = max(row_len - per_step, 0)
-                    counts[0] += n
-                    counts[1] += length
-                    self.accepted += n
-                    self.verified += length
+                    n = row_len - per_step if row_len > per_step else 0
+                    counts[0] = accepted + n
+                    counts[1] = verified + length
+                    total_accepted += n
+                    total_verified += length
+        self.accepted += total_accepted
+        self.verified += total_verified
         if not decode:
             return None
         self.steps += 1

@@ -256,6 +256,7 @@ def _output(so, accepted: dict[str, int]):  # noqa: ANN001, ANN202
     )
 
 
+@pytest.mark.matrix  # every supported release CI installs
 def test_vllms_scheduler_counts_what_it_scheduled_and_drops_finished_requests(
     installed,
     dense_low_entropy,
@@ -297,6 +298,7 @@ def test_vllms_scheduler_counts_what_it_scheduled_and_drops_finished_requests(
     assert set(stats.requests) == {"r0"} and stats.steps == 4
 
 
+@pytest.mark.matrix  # every supported release CI installs
 def test_vllms_async_scheduler_reaches_the_line_through_its_own_wrapper(
     installed,
     dense_low_entropy,
