@@ -6,6 +6,10 @@ Oracle: Model Runner V1's sync-mode planner (``BudgetController.plan_lengths``) 
 the device split must give each request the length V1 would have handed its scheduler. Plus: no device value is
 read on the host inside a step (a torch function mode fails on every host read of a tensor), the no-draft
 option's skipped drafter, and the choice of the newest survivals that have landed.
+
+Under sync scheduling (``scheduled_plan``) the plan goes to vLLM's scheduler instead: ``take_planned`` (the
+runner's ``take_draft_token_ids``, after the step, where the one wait for the staged survivals happens, as in V1's
+sync mode) cuts each request's list to V1's length, and the next step verifies exactly what was scheduled.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ascend_spec.graph import BudgetController, CostProfile
 from ascend_spec.ops import survival_probs
 from ascend_spec.vllm.dynamic import DynamicVerifier, StagedSurvivals
 from ascend_spec.vllm.v2.budget_manager import DeviceBudgetManager
+from ascend_spec.vllm.v2.dynamic_hooks import _wrap_take
 
 K = 3
 MAX_REQS = 8
@@ -36,9 +41,18 @@ def _controller(target: dict = TARGET, draft: dict = DRAFT) -> BudgetController:
     )
 
 
-def _manager(probe_interval: int = 1, backend: str = "reference", **costs) -> DeviceBudgetManager:  # noqa: ANN003
+def _manager(
+    probe_interval: int = 1, backend: str = "reference", scheduled_plan: bool = False, **costs
+) -> DeviceBudgetManager:  # noqa: ANN003
     verifier = DynamicVerifier(_controller(**costs), None, backend=backend, probe_interval=probe_interval)
-    return stand_in_budget_manager(verifier, MAX_REQS, K, "logits", backend)
+    return stand_in_budget_manager(verifier, MAX_REQS, K, "logits", backend, scheduled_plan=scheduled_plan)
+
+
+def _placeholders(req_ids: list[str], k: int = K):  # noqa: ANN202
+    """What V2's DraftTokensHandler hands the engine core under sync scheduling: k placeholders per request."""
+    from vllm.v1.outputs import DraftTokenIds
+
+    return DraftTokenIds(list(req_ids), [[-1] * k for _ in req_ids])
 
 
 def _batch(req_ids: list[str], slots: list[int]) -> SimpleNamespace:
@@ -107,23 +121,119 @@ def test_capped_requests_and_prefill_rows_keep_their_tokens() -> None:
     assert counts[2] <= 1
 
 
+@pytest.mark.parametrize("scheduled_plan", [False, True], ids=["async-split", "sync-take"])
 @pytest.mark.parametrize("backend", ["reference", "auto"])
-def test_no_host_read_inside_the_step(monkeypatch, backend: str) -> None:
+def test_no_host_read_inside_the_step(monkeypatch, backend: str, scheduled_plan: bool) -> None:
     """The device part of a step (the split, the offsets, the survivals and their staging) reads no tensor value
-    on the host; value checks off, as in an engine step."""
+    on the host; value checks off, as in an engine step. Under sync scheduling the one wait is at the engine
+    core's take of the drafts, between steps (outside the guard, as V1's sync mode)."""
     monkeypatch.setenv("ASCEND_SPEC_CHECKS", "0")
-    manager = _manager(backend=backend)
+    manager = _manager(backend=backend, scheduled_plan=scheduled_plan)
     req_ids, slots = ["a", "b", "c"], [0, 3, 4]
     conf = torch.tensor([[0.9, 0.8, 0.7], [0.6, 0.3, 0.2], [0.99, 0.9, 0.1]])
     with NoHostRead():
         manager.record_confidences(conf, _batch(req_ids, slots))
-    tokens_per_req = dict.fromkeys(req_ids, 1 + K)
-    manager.get_num_tokens(tokens_per_req, {r: [-1] * K for r in req_ids})  # host: landed copies only
+    scheduled = [K] * 3
+    if scheduled_plan:  # off the step: wait, plan, cut
+        scheduled = list(map(len, manager.take_planned(_placeholders(req_ids)).draft_token_ids))
+    tokens_per_req = {r: 1 + d for r, d in zip(req_ids, scheduled)}
+    manager.get_num_tokens(tokens_per_req, {r: [-1] * d for r, d in zip(req_ids, scheduled) if d})
     with NoHostRead():
-        manager.compact_batch(np.full(3, K, np.int32), np.full(3, 1 + K, np.int32), np.zeros(4))
+        manager.compact_batch(np.array(scheduled, np.int32), np.array(scheduled, np.int32) + 1, np.zeros(4))
         _, qsl, total = manager.reallocate_drafts(req_ids, torch.tensor(slots))
-    assert 0 < total < 3 * K  # a ragged split really ran on the device
+    assert 0 < total < 3 * K  # a ragged budget (split on the device, or scheduled) really ran
     assert manager.verifier.stats.host_copies == 0
+    if scheduled_plan:
+        assert total == sum(scheduled) and min(scheduled) != max(scheduled)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(
+        lambda b: st.tuples(
+            st.lists(
+                st.lists(st.floats(0.0625, 1.0, width=32), min_size=K, max_size=K), min_size=b, max_size=b
+            ),
+            st.permutations(range(MAX_REQS)),
+            st.randoms(use_true_random=False),
+        )
+    )
+)
+def test_sync_scheduling_hands_the_scheduler_v1s_lengths(case) -> None:  # noqa: ANN001
+    """take_planned cuts request b's placeholders to V1's sync-mode length (rows matched by request id, in
+    whatever order the drafts come); the next step verifies exactly those, with no second plan in the stats."""
+    conf_rows, perm, rnd = case
+    b = len(conf_rows)
+    req_ids = [f"r{i}" for i in range(b)]
+    slots = list(perm[:b])
+    conf = torch.tensor(conf_rows, dtype=torch.float32)
+    manager = _manager(scheduled_plan=True)
+    manager.record_confidences(conf, _batch(req_ids, slots))
+    order = rnd.sample(range(b), b)
+    taken = manager.take_planned(_placeholders([req_ids[i] for i in order]))
+    total, lengths = _controller().plan_lengths(survival_probs(conf).numpy())
+    assert taken.req_ids == [req_ids[i] for i in order]
+    assert list(map(len, taken.draft_token_ids)) == [lengths[i] for i in order]
+    assert all(row == [-1] * len(row) for row in taken.draft_token_ids)
+    stats = manager.verifier.stats
+    assert stats.steps == 1 and stats.staged_copies == 1 and stats.host_copies == 0
+    assert sum(n * c for n, c in stats.lengths.items()) == total
+    if total == 0:  # a plain plan: nothing scheduled, the next drafter run is the probe (probe_interval 1)
+        return
+    tokens, counts, _ = _step(manager, req_ids, slots, lengths, [1] * b)
+    assert counts == lengths and tokens == b + total
+    assert stats.steps == 1 and stats.staged_copies == 1 and not manager._counts  # no split staged
+
+
+def test_sync_scheduling_verifies_what_was_scheduled_without_a_second_plan() -> None:
+    """The scheduled drafts are the plan: a step whose newest survivals would plan fewer (or none) still
+    verifies every scheduled draft (the async path's re-plan on the host would cut them)."""
+    manager = _manager(scheduled_plan=True, draft={3: 50.0, 6: 50.0, 12: 50.0, 24: 50.0})
+    req_ids, slots = ["a", "b"], [0, 1]
+    manager.record_confidences(torch.full((2, K), 0.9), _batch(req_ids, slots))  # not taken: never planned
+    tokens, counts, _ = _step(manager, req_ids, slots, [K, 1], [1, 1])
+    assert counts == [K, 1] and tokens == 2 + K + 1
+    assert manager.verifier.stats.steps == 0  # nothing planned in the step
+
+
+def test_sync_scheduling_plain_plan_and_skipped_drafter_schedule_no_drafts() -> None:
+    """A plain plan cuts every list to 0 (a plain step follows); the drafter runs it skips then hand the
+    scheduler 0 drafts for every request without a plan, and the probe after them is planned again."""
+    manager = _manager(probe_interval=3, scheduled_plan=True, draft={3: 50.0, 6: 50.0, 12: 50.0, 24: 50.0})
+    verifier, req_ids, slots = manager.verifier, ["a", "b"], [0, 1]
+    manager.record_confidences(torch.full((2, K), 0.9), _batch(req_ids, slots))
+    assert manager.take_planned(_placeholders(req_ids)).draft_token_ids == [[], []]
+    assert verifier.stats.steps == 1 and verifier.stats.plain_steps == 1
+    for _ in range(2):  # probe_interval - 1 skipped drafter runs
+        manager.drafter_ran = not verifier.skip_drafter()
+        assert not manager.drafter_ran
+        manager.record_confidences(torch.zeros(2, K), _batch(req_ids, slots))
+        assert manager.take_planned(_placeholders(req_ids)).draft_token_ids == [[], []]
+    assert verifier.stats.steps == 1 and verifier.stats.skipped_steps == 2
+    manager.drafter_ran = not verifier.skip_drafter()  # the probe
+    assert manager.drafter_ran
+    manager.record_confidences(torch.full((2, K), 0.9), _batch(req_ids, slots))
+    manager.take_planned(_placeholders(req_ids))
+    assert verifier.stats.steps == 2
+    assert manager.take_planned(_placeholders(req_ids)).draft_token_ids == [[], []]  # a second take: no run
+
+
+def test_the_runner_take_is_cut_only_once_the_manager_is_built() -> None:
+    """v2_dynamic_take_drafts: the runner's take_draft_token_ids passes V2's drafts through until the first
+    real step builds the manager, then hands the scheduler the plan; the async path's manager refuses it."""
+    req_ids = ["a", "b"]
+    runner = SimpleNamespace(adaptive_verification=None, take_draft_token_ids=lambda: _placeholders(req_ids))
+    _wrap_take(runner)
+    assert runner.take_draft_token_ids().draft_token_ids == [[-1] * K, [-1] * K]
+    manager = _manager(scheduled_plan=True)
+    runner.adaptive_verification = manager
+    conf = torch.tensor([[0.99, 0.99, 0.99], [0.3, 0.2, 0.1]])
+    manager.record_confidences(conf, _batch(req_ids, [0, 1]))
+    _, lengths = _controller().plan_lengths(survival_probs(conf).numpy())
+    assert list(map(len, runner.take_draft_token_ids().draft_token_ids)) == lengths
+    assert lengths != [K, K]
+    with pytest.raises(RuntimeError, match="scheduled_plan=False"):
+        _manager().take_planned(_placeholders(req_ids))
 
 
 def test_plain_plan_skips_the_drafter_and_its_drafts_are_never_verified() -> None:

@@ -23,6 +23,20 @@ confidences after the drafter (``record_confidences``, :2258) and a reset per ne
 No value crosses from the device to the host inside a step: the only device-to-host transfers are the staged
 survivals and the staged per-request counts (for the stats, folded in once they have landed), both counted.
 
+Where the plan reaches vLLM's scheduler depends on the scheduling:
+
+* **sync scheduling** (``scheduled_plan``; V2 on the CPU engine, any engine with async scheduling off): after a
+  step, vLLM's engine core takes the drafts for its scheduler (``take_draft_token_ids``); the runner's wrapper
+  (:func:`~ascend_spec.vllm.v2.dynamic_hooks.install_v2_dynamic`) calls :meth:`DeviceBudgetManager.take_planned`,
+  which waits for that drafter run's staged survivals (the one wait, off the step, as Model Runner V1's sync
+  mode), plans them with ``DynamicVerifier.plan_staged`` and cuts each request's list to its length. The
+  scheduler then schedules, allocates KV for and counts (``vllm:spec_decode_num_draft_tokens``) exactly the
+  planned drafts, and the step verifies what was scheduled: steps 2 and 3 are not run (no re-plan, no split);
+* **async scheduling**: the engine core never takes the drafts, the scheduler schedules K placeholders per
+  request and steps 2 and 3 shrink them inside the step. vLLM's scheduler, its KV allocation and its counters
+  (``vllm:spec_decode_num_draft_tokens``) there count the scheduler's K placeholders, not the verified drafts;
+  the plugin's stats (``DynamicStats.lengths``) hold the device split.
+
 Drafters without confidences of their own (ngram, MTP, EAGLE / EAGLE-3, draft_model) are planned on the online
 acceptance estimate (:mod:`ascend_spec.vllm.v2.estimate_wiring`, ``estimate``): it writes the rows' estimate into
 the buffer ``record_confidences`` receives, and ``add_request`` resets its slot with the manager's.
@@ -67,6 +81,7 @@ class DeviceBudgetManager:
         backend: str = "auto",
         admitted_counts_item: bool = False,
         estimate: V2EstimateRows | None = None,
+        scheduled_plan: bool = False,
     ) -> None:
         self.verifier = verifier
         self.num_speculative_steps = k = num_speculative_steps
@@ -77,6 +92,8 @@ class DeviceBudgetManager:
         self.backend = backend
         self.admitted_counts_item = admitted_counts_item  # V2Shims.reallocate_returns_admitted_counts
         self.estimate = estimate  # the acceptance estimate per request slot, when the plan scores by it
+        # sync scheduling: the plan reaches the scheduler through take_planned; the scheduled drafts are the plan
+        self.scheduled_plan = scheduled_plan
         device = query_start_loc.device
         self._survival = torch.ones(max_num_reqs, k, dtype=torch.float32, device=device)  # per request slot
         self._rows = torch.empty(max_num_reqs, k, dtype=torch.float32, device=device)  # a run, batch order
@@ -89,6 +106,7 @@ class DeviceBudgetManager:
         self._batch: tuple[dict[str, int], dict[str, int], int] | None = None
         self.drafter_ran = True  # the last drafter call proposed drafts (False: skipped, the no-draft option)
         self._drafted = False  # the drafts scheduled now come from a drafter run that was scored
+        self._to_take: StagedSurvivals | None = None  # sync scheduling: the last drafter run, not yet planned
         self.unfolded_counts = 0  # staged per-request counts dropped from the stats before they landed
 
     # -- V2's calls, in step order ------------------------------------------------------------------------
@@ -106,8 +124,11 @@ class DeviceBudgetManager:
         b = len(req_ids)
         scheduled = np.fromiter((len(draft_tokens.get(r, ())) for r in req_ids), np.int64, b)
         non_draft = np.fromiter(num_tokens_per_req.values(), np.int64, b) - scheduled
-        limit = min(int(scheduled.sum()), max(0, self.max_total_logits - b * self.num_bonus_tokens))
-        total = self._plan_total(req_ids, scheduled, limit) if self._drafted and limit > 0 else 0
+        if self.scheduled_plan:  # the scheduler scheduled the plan (take_planned): verify it as it is
+            total = int(scheduled.sum())
+        else:
+            limit = min(int(scheduled.sum()), max(0, self.max_total_logits - b * self.num_bonus_tokens))
+            total = self._plan_total(req_ids, scheduled, limit) if self._drafted and limit > 0 else 0
         self._batch = (dict(zip(req_ids, scheduled.tolist())), dict(zip(req_ids, non_draft.tolist())), total)
         self.verifier.stats.overhead_s += time.perf_counter() - start
         return int(non_draft.sum()) + total
@@ -172,7 +193,8 @@ class DeviceBudgetManager:
         torch.cumsum(counts + non_draft_dev, 0, dtype=qsl.dtype, out=qsl[1 : b + 1])
         qsl[b + 1 :].fill_(int(non_draft.sum()) + total)
         verifying = np.flatnonzero(scheduled > 0)
-        if total > 0 and verifying.size:  # the split, for the stats: staged, read once landed
+        if total > 0 and verifying.size and not self.scheduled_plan:  # the split, for the stats: staged, read
+            # once landed (sync scheduling: plan_staged recorded the scheduled lengths already)
             self._counts.append((self._count_stager.stage(counts, req_ids, "counts"), verifying))
         self.verifier.stats.overhead_s += time.perf_counter() - start
         if self.admitted_counts_item:
@@ -182,15 +204,51 @@ class DeviceBudgetManager:
     def record_confidences(self, confidence_probs: torch.Tensor, input_batch: Any) -> None:  # noqa: ANN401
         """After the drafter: this run's survivals per request slot (device) and on their way to the host."""
         self._drafted = self.drafter_ran
+        self._to_take = None
         b = input_batch.num_reqs
         if not self.drafter_ran or b == 0:
             return
         start = time.perf_counter()
         rows = survival_probs(confidence_probs[:b], out=self._rows[:b])
         self._survival.index_copy_(0, input_batch.idx_mapping.to(torch.int64), rows)
-        self._staged.append(self.verifier.stager.stage(rows, list(input_batch.req_ids), self.score_kind))
-        self.verifier.stats.staged_copies += 1
+        staged = self.verifier.stager.stage(rows, list(input_batch.req_ids), self.score_kind)
+        self._staged.append(staged)
+        if self.scheduled_plan:
+            self._to_take = staged  # plan_staged counts the copy when it plans it
+        else:
+            self.verifier.stats.staged_copies += 1
         self.verifier.stats.overhead_s += time.perf_counter() - start
+
+    # -- sync scheduling: the plan through the engine core's take_draft_token_ids ---------------------------
+    def take_planned(self, draft: Any) -> Any:  # noqa: ANN401
+        """vLLM's ``DraftTokenIds`` of the last drafter run with request b's list cut to its planned length
+        (sync scheduling, off the step): the staged survivals are waited for and planned; a skipped drafter run
+        (or one with no rows) gives every request 0 drafts, a plain step."""
+        if not self.scheduled_plan:
+            raise RuntimeError(
+                "ascend-spec: take_planned serves sync scheduling only; this manager has scheduled_plan=False "
+                "(async scheduling, where the split runs inside the step)"
+            )
+        staged, self._to_take = self._to_take, None
+        if draft is None:
+            return None
+        req_ids = list(draft.req_ids)
+        if staged is None:
+            lengths = [0] * len(req_ids)
+        else:
+            planned = self.verifier.plan_staged(staged)
+            if staged.req_ids == req_ids:
+                lengths = planned
+            else:  # rows matched by request id; a request the run did not score gets no drafts
+                of = dict(zip(staged.req_ids, planned))
+                lengths = [of.get(r, 0) for r in req_ids]
+        rows = draft.draft_token_ids
+        if len(rows) != len(req_ids):
+            raise RuntimeError(
+                f"ascend-spec: the drafter's DraftTokenIds holds {len(rows)} draft lists for {len(req_ids)} "
+                "request ids"
+            )
+        return type(draft)(req_ids, [list(row[:n]) for row, n in zip(rows, lengths)])
 
     # -- host side ---------------------------------------------------------------------------------------
     def _plan_total(self, req_ids: list[str], scheduled: np.ndarray, limit: int) -> int:

@@ -6,7 +6,9 @@ Patch points (register: :mod:`ascend_spec.vllm.patch_register`): ``v2_dynamic_ma
 ``v2_dynamic_confidence`` (DFlash: the speculator's ``_maybe_predict_acceptance``; DSpark: its model's
 ``compute_confidence`` and ``use_confidence_head``), ``v2_dynamic_skip_drafter`` (the speculator's ``propose``),
 ``v2_dynamic_estimate`` (the same ``propose`` wrapper: the acceptance estimate's update and score, and a
-``draft_token_confidence_probs`` buffer for ngram's speculator, which has none).
+``draft_token_confidence_probs`` buffer for ngram's speculator, which has none), ``v2_dynamic_take_drafts``
+(sync scheduling only: the runner's ``take_draft_token_ids``, whose lists are cut to the plan so that vLLM's
+scheduler, KV allocation and counters see the planned drafts, as on Model Runner V1's sync mode).
 
 Why the manager is replaced rather than fed: V2's manager (``spec_decode/adaptive_verification.py``) needs full
 CUDA graphs (``resolve_adaptive_cudagraph_mode`` asserts them), builds its cost tables only inside
@@ -70,6 +72,8 @@ def install_v2_dynamic(runner) -> None:  # noqa: ANN001
     if speculator is None:  # a pipeline stage without the drafter
         return
     _wrap_propose(runner, speculator)
+    if not runner.vllm_config.scheduler_config.async_scheduling:
+        _wrap_take(runner)
     load_model = runner.load_model
     execute_model = runner.execute_model
 
@@ -150,6 +154,24 @@ def _wrap_propose(runner, speculator) -> None:  # noqa: ANN001
     speculator.propose = types.MethodType(_propose, speculator)
 
 
+def _wrap_take(runner) -> None:  # noqa: ANN001
+    """v2_dynamic_take_drafts: under sync scheduling vLLM's engine core takes the drafts after every executed
+    step (``EngineCore.post_step``) and its scheduler schedules ``len(list)`` per request; V2 hands it K
+    placeholders per request (``DraftTokensHandler.get_draft_tokens``). The manager cuts them to the plan of
+    the run just drafted (``DeviceBudgetManager.take_planned``). Async scheduling never calls this path for
+    scheduling, so it is not wrapped there."""
+    take = runner.take_draft_token_ids
+
+    def _take(self):  # noqa: ANN001, ANN202
+        draft = take()
+        manager = self.adaptive_verification
+        if not isinstance(manager, DeviceBudgetManager):  # before the first real step builds it
+            return draft
+        return manager.take_planned(draft)
+
+    runner.take_draft_token_ids = types.MethodType(_take, runner)
+
+
 def _verdict(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """``num_sampled`` and ``num_rejected`` of a ``propose`` call: V2's runner passes them positionally, after
     ``input_batch`` and four others (``BaseSpeculator.propose``, vLLM 0.32.0 to 0.34.0); its dummy runs by name."""
@@ -216,14 +238,17 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
         backend=settings.backend,
         admitted_counts_item=runner.ascend_spec_release.v2_shims.reallocate_returns_admitted_counts,
         estimate=estimate,
+        scheduled_plan=not vllm_config.scheduler_config.async_scheduling,
     )
     runner.adaptive_verification = manager
     runner.ascend_spec_dynamic = verifier
     verifier.v2_manager = manager
     logger.info(
-        "ascend-spec: dynamic verification on Model Runner V2 (total on the host from staged survivals, split on "
-        "the device), K=%d, drafter Q=%d, scored by %s; cost profiles %s (%.2f s at start-up); calibration and "
-        "measured step costs are V1's only",
+        "ascend-spec: dynamic verification on Model Runner V2 (%s), K=%d, drafter Q=%d, scored by %s; cost "
+        "profiles %s (%.2f s at start-up); calibration and measured step costs are V1's only",
+        "sync scheduling: planned after the drafter, the scheduler schedules the plan"
+        if manager.scheduled_plan
+        else "async scheduling: total on the host from staged survivals, split on the device",
         k,
         q,
         label,
