@@ -158,8 +158,8 @@ class EngineRun:
     @property
     def mean_verify_length(self) -> float | None:
         """Tokens the target verified per request and step: 1 + drafts. On Model Runner V2 with dynamic
-        verification vLLM's counters hold the scheduler's K placeholders per request, so the device split's
-        histogram (per request and planned step) is read instead."""
+        verification the device split's histogram (per request and planned step) is read: under async
+        scheduling vLLM's counters hold the scheduler's K placeholders per request."""
         lengths = (self.dynamic or {}).get("lengths") if self.runner == "v2" else None
         if lengths:
             counts = {int(n): c for n, c in lengths.items()}

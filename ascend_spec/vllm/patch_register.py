@@ -399,6 +399,19 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         releases=_V2,
     ),
     PatchPoint(
+        name="v2_dynamic_take_drafts",
+        target="V2 runner.take_draft_token_ids (instance; sync scheduling)",
+        what="after the drafter: one wait for the run's staged survivals, the host plan, each request's "
+        "placeholder list cut to its length before the scheduler takes it (0 for all: a plain step)",
+        why="V2 hands the scheduler K placeholders per request: the scheduler, its KV slots and vLLM's "
+        "spec-decode counters would count K whatever the device split verified",
+        how="instance attribute wrapping the bound method; the manager then verifies the scheduled drafts as "
+        "they are (no second plan); async scheduling keeps the in-step split",
+        remove_when="V2's manager plans before the scheduler",
+        runner=V2_RUNNER,
+        releases=_V2,
+    ),
+    PatchPoint(
         name="v2_dynamic_skip_drafter",
         target="the speculator's propose (V2, per speculator instance: DFlash, DSpark, ngram, MTP, EAGLE / "
         "EAGLE-3, draft_model)",
@@ -512,9 +525,58 @@ PATCH_POINTS: tuple[PatchPoint, ...] = (
         "-> BudgetController.plan -> allocate_verify_budget, one pinned copy of all lengths per step",
         why="vllm-ascend's scheduler builds an N x V softmax, keeps a threshold budget refreshed by .item() and "
         "the runner reads its device lengths one int() per request",
-        how="instance attribute set in the proposer subclasses' __init__ (dynamic_verify on); the runner's "
+        how="instance attribute set in the proposer subclasses' __init__ ('dynamic' on); the runner's "
         "take_draft_token_ids reads num_verify_tokens, a host tensor",
         remove_when="vllm-ascend adopts the ops and the controller",
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_dynamic_profiles",
+        target="vllm_ascend.worker.model_runner_v1.NPUModelRunner.execute_model",
+        what="before the first real step: the cost profiles of dynamic.profile (measured with the NPU runner's "
+        "dummy target forward and the drafter's dummy run, cached; or a profile file) become the verify "
+        "scheduler's BudgetController",
+        why="the planner needs this model's costs on this device, measurable only once the KV cache exists",
+        how="instance attribute set by runner_init (dynamic on); the drafter's scheduler is looked up per call "
+        "(NPUModelRunner builds its drafter after super().__init__)",
+        remove_when="vllm-ascend exposes a per-size step cost hook",
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_dynamic_async_output",
+        target="vllm_ascend.worker.model_runner_v1.NPUModelRunner.sample_tokens",
+        what="under async scheduling the step's planned lengths ride on its output "
+        "(ModelRunnerOutput.ascend_spec_draft_lengths, read where the output is handed over) to "
+        "async_scheduler_lengths, which cuts each request's placeholder drafts",
+        why="vLLM's engine core never calls take_draft_token_ids under async scheduling: without it every "
+        "draft was verified at K",
+        how="instance attribute set by runner_init (dynamic on, async scheduling); a ring of host slots keeps "
+        "each step's lengths until its output is read",
+        remove_when="vllm-ascend's async scheduler takes per-request draft counts",
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_ngram_observe",
+        target="vllm_ascend.worker.model_runner_v1.NPUModelRunner.execute_model / sample_tokens",
+        what="ngram with dynamic on: the drafts each request verifies (the scheduler's output) and the accepted "
+        "counts (the step's host output) update the acceptance estimate, kept on CPU tensors",
+        why="vllm-ascend drafts ngram on the host and reports acceptance only to vLLM's scheduler",
+        how="instance attributes set by runner_init (method ngram, dynamic on, sync scheduling)",
+        remove_when="vllm-ascend reports per-request acceptance to a drafter hook",
+        runner=NPU_V1_RUNNER,
+        releases=_VLLM_ASCEND,
+    ),
+    PatchPoint(
+        name="npu_ngram_take",
+        target="vllm_ascend.worker.model_runner_v1.NPUModelRunner.take_draft_token_ids",
+        what="ngram's host drafts cut per request to the controller's plan on the estimate's survivals "
+        "(capped at the drafts each request has) before the scheduler takes them",
+        why="vllm-ascend's ngram path has no dynamic_spec: every proposed draft was verified",
+        how="instance attribute set by runner_init (method ngram, dynamic on, sync scheduling)",
+        remove_when="vllm-ascend takes per-request draft lengths from a drafter hook",
         runner=NPU_V1_RUNNER,
         releases=_VLLM_ASCEND,
     ),

@@ -88,6 +88,7 @@ def test_every_patch_point_names_its_runner_and_releases() -> None:
         "v2_startup_log",
         "v2_dynamic_manager",
         "v2_dynamic_confidence",
+        "v2_dynamic_take_drafts",
         "v2_dynamic_skip_drafter",
         "v2_dynamic_estimate",
     }

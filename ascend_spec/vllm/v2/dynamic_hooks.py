@@ -37,7 +37,7 @@ from ascend_spec.vllm.cost_profiles import (
     profile_key,
     time_target_forward,
 )
-from ascend_spec.vllm.dynamic import DynamicVerifier
+from ascend_spec.vllm.dynamic import DynamicVerifier, startup_line
 from ascend_spec.vllm.graphs import SCORED_METHODS, V2_PLANNED_METHODS, engine_graphs
 from ascend_spec.vllm.log import plugin_logger
 from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
@@ -243,17 +243,25 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
     runner.adaptive_verification = manager
     runner.ascend_spec_dynamic = verifier
     verifier.v2_manager = manager
+    method = vllm_config.speculative_config.method
+    scored_by = {"logits": "max_softmax_confidence", "head": "head_confidence"}.get(label, label)
     logger.info(
-        "ascend-spec: dynamic verification on Model Runner V2 (%s), K=%d, drafter Q=%d, scored by %s; cost "
-        "profiles %s (%.2f s at start-up); calibration and measured step costs are V1's only",
-        "sync scheduling: planned after the drafter, the scheduler schedules the plan"
-        if manager.scheduled_plan
-        else "async scheduling: total on the host from staged survivals, split on the device",
-        k,
-        q,
-        label,
-        profiles.source,
-        profiles.startup_s,
+        startup_line(
+            runner="Model Runner V2",
+            controller="BudgetController in DeviceBudgetManager (replaces V2's adaptive verification; "
+            + (
+                "planned after the drafter, lengths cut in take_draft_token_ids)"
+                if manager.scheduled_plan
+                else "total on the host from staged survivals, split on the device)"
+            ),
+            mode="sync (sync scheduling)" if manager.scheduled_plan else "async (async scheduling)",
+            method=method,
+            scored_by=scored_by.replace("estimate", "the acceptance estimate"),
+            num_spec_tokens=k,
+            draft_tokens=q,
+            profile_source=profiles.source,
+            startup_s=profiles.startup_s,
+        )
     )
     return manager
 
