@@ -290,8 +290,9 @@ def test_dflash_combined_with_the_estimate_under_async_scheduling_matches_plain(
     assert stats["estimate"]["population_rate"][0] < 1.0
     assert stats["plain_steps"] > 0 and stats["skipped_steps"] > 0
     # the scheduler took the plain plans: far fewer verify steps than V1's placeholders (every request, every
-    # decode step) would give
-    assert 0 < ours.num_drafts < sum(LENGTHS) / (1 + K)
+    # decode step) would give; none at all once the estimate (kept from the warm-up run) has learnt the drafter,
+    # since a request no plan has reached yet verifies nothing either
+    assert ours.num_drafts < sum(LENGTHS) / (1 + K)
 
 
 @pytest.mark.slow
