@@ -282,6 +282,25 @@ def test_async_scheduler_schedules_each_request_the_drafts_of_the_latest_plan(de
     assert scheduler._ascend_spec_async is False and not scheduler._ascend_spec_lengths
 
 
+def test_model_runner_v2s_async_scheduler_keeps_its_placeholders(dense_low_entropy, monkeypatch) -> None:  # noqa: ANN001
+    """Model Runner V2 splits the drafts on the device under async scheduling and hands no lengths: its
+    scheduler must keep V1's K placeholders (a request without a plan would otherwise verify nothing, ever)."""
+    from vllm import SamplingParams
+    from vllm.v1.request import Request
+
+    from ascend_spec.vllm import releases
+
+    scheduler = _async_scheduler(dense_low_entropy.target, "async")
+    # vLLM's config refuses V2 without Triton here: the engine's runner choice as vLLM would report it
+    monkeypatch.setattr(releases, "runs_model_runner_v2", lambda vllm_config, version=None: True)
+    scheduler.add_request(
+        Request("q0", list(range(1, 9)), SamplingParams(max_tokens=50, ignore_eos=True), None)
+    )
+    scheduled = _drive(scheduler, {}, 5, np.random.default_rng(1))
+    assert scheduler._ascend_spec_async is False
+    assert [len(so.scheduled_spec_decode_tokens.get("q0", ())) for so in scheduled[1:]] == [K] * 4
+
+
 def test_scores_that_describe_other_drafts_are_refused() -> None:
     from ascend_spec.vllm.dynamic import take_checked_scores
 

@@ -173,9 +173,18 @@ def _async_lengths_enabled(scheduler) -> bool:  # noqa: ANN001
     """Whether this scheduler's engine runs dynamic verification in async mode (decided once per scheduler)."""
     enabled = scheduler.__dict__.get("_ascend_spec_async")
     if enabled is None:
-        settings = parse_config(getattr(scheduler.vllm_config, "additional_config", None))
-        # an AsyncScheduler runs only under async scheduling, where mode auto means async
-        enabled = settings is not None and settings.dynamic.enabled and settings.dynamic.mode != "sync"
+        from ascend_spec.vllm.releases import runs_model_runner_v2
+
+        vllm_config = scheduler.vllm_config
+        settings = parse_config(getattr(vllm_config, "additional_config", None))
+        # an AsyncScheduler runs only under async scheduling, where mode auto means async; Model Runner V2 hands
+        # no lengths there (it splits on the device), so its placeholders are left as vLLM schedules them
+        enabled = (
+            settings is not None
+            and settings.dynamic.enabled
+            and settings.dynamic.mode != "sync"
+            and not runs_model_runner_v2(vllm_config)
+        )
         scheduler._ascend_spec_async = enabled
         scheduler._ascend_spec_lengths = {}
         scheduler._ascend_spec_placeholders = {}
