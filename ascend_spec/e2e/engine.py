@@ -128,6 +128,7 @@ class EngineRun:
     block_slot_calls: int | None = None  # V2 draft steps whose block inputs came from prepare_block_slots
     kv_cache_layout: list = field(default_factory=list)
     dynamic: dict | None = None  # dynamic verification's counters (ascend_spec.vllm.dynamic.DynamicStats)
+    dynamic_ranks: list[dict | None] = field(default_factory=list)  # the same, per tensor-parallel rank
     runner: str | None = None  # the runner the worker built ("v1"/"v2"): V2 can fall back to V1 silently
     cpus: list[int] = field(
         default_factory=list
@@ -334,7 +335,8 @@ def collect_counters(llm, run: EngineRun, before: dict, after: dict) -> None:  #
     ]
     run.kv_cache_layout = llm.collective_rpc(kv_cache_layout)[0]
     run.runner_class = llm.collective_rpc(model_runner_class)[0]
-    run.dynamic = llm.collective_rpc(_dynamic_stats)[0]
+    run.dynamic_ranks = llm.collective_rpc(_dynamic_stats)
+    run.dynamic = run.dynamic_ranks[0]
     from ascend_spec.e2e.cpu_v2 import runner_in_use
 
     run.runner = llm.collective_rpc(runner_in_use)[0]

@@ -326,6 +326,7 @@ def dynamic_stats(worker) -> dict | None:  # noqa: ANN001 - collective_rpc targe
     if manager is not None:  # Model Runner V2: fold the split's counts that landed since the last step
         manager.flush_stats()
     out = verifier.stats.as_dict()
+    out["last_lengths"] = list(verifier.stats.last_lengths)  # the newest plan (ranks compare it)
     out["profile_source"] = verifier.profiles.source
     out["profile_startup_s"] = verifier.profiles.startup_s
     out["target_costs"] = verifier.profiles.target.costs
