@@ -33,17 +33,13 @@ def register_gdn_layer(*, npu: bool = False) -> None:
 
 
 def check_gdn_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
-    """Engine settings ragged GDN verification needs, refused with the setting to change."""
+    """Engine settings ragged GDN verification needs, refused with the setting to change. Async scheduling is
+    served on Model Runner V1 (the flush gathers the accepted counts on the device, in stream order); Model
+    Runner V2 refuses it in its own runner check."""
     if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
         return
     if vllm_config.speculative_config is None:
         return
-    if vllm_config.scheduler_config.async_scheduling:
-        raise ValueError(
-            "additional_config['ascend_spec']['gdn_verify'] on a hybrid target needs synchronous scheduling in "
-            "this release (the GDN flush reads the accepted counts on the host); start the engine with "
-            "async_scheduling=False (--no-async-scheduling) or set 'gdn_verify': false"
-        )
     if vllm_config.cache_config.mamba_cache_mode != "none":
         raise ValueError(
             "additional_config['ascend_spec']['gdn_verify'] needs mamba_cache_mode='none' "

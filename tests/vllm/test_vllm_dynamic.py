@@ -13,6 +13,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from engine_helpers import (
     LENGTHS,
@@ -177,6 +178,63 @@ def test_async_mode_under_v1_async_scheduling_matches_plain_with_ragged_lengths_
     assert stats["score_kinds"] == {SCORE_KIND[method]: stats["steps"]} and stats["fused_draft_tokens"] == 0
     assert stats["ragged_steps"] > 0 and stats["lengths"].get("0", 0) > 0  # ragged plans with zero-draft rows
     assert ours.num_drafts > 0 and 1.0 < ours.mean_verify_length < 1 + K  # the scheduler took the lengths
+
+
+@pytest.mark.parametrize("preempt", [False, True], ids=["batch", "preemption"])
+def test_gdn_verification_under_v1_async_scheduling_matches_plain(
+    engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid, plain_hybrid_long, preempt
+):
+    """Ragged GDN verification on one state slot per request with V1's async scheduling (vLLM's default;
+    ascend_spec.e2e.cpu_async here) and dynamic verification's async mode: the flush of leaving requests (finished,
+    and with a small KV cache preempted and recomputed) commits their records with the accepted counts gathered
+    on the device, the lengths reach the scheduler on the outputs; the output is plain decoding's."""
+    target = PAIR_TARGET if preempt else STEP_TARGET
+    profile = _profile(tmp_path / "step.json", target, DRAFT)
+    plugin = {"dynamic": {"mode": "async", "profile": profile, "calibrate": False}}
+    extra = dict(kv_cache_bytes=PREEMPTION_KV_CACHE_BYTES, max_tokens=PREEMPTION_LENGTHS) if preempt else {}
+    ours = run(
+        engine_dir,
+        hybrid_low_entropy,
+        speculative=_drafter("dflash", hybrid_low_entropy),
+        plugin=plugin,
+        async_scheduling=True,
+        env=ENV,
+        **extra,
+    )
+    plain = plain_hybrid_long if preempt else plain_hybrid
+    if preempt:
+        assert ours.num_preemptions > 0 and plain.num_preemptions == 0
+    assert_matches_plain(plain, ours, allow_ties=True)
+    stats = ours.dynamic
+    assert stats["steps"] > 0 and stats["staged_copies"] == stats["steps"] and stats["host_copies"] == 0
+    assert stats["ragged_steps"] > 0
+    assert 0 < ours.num_accepted <= ours.num_draft_tokens < K * ours.num_drafts
+    assert ours.gdn_slots_per_request == 1
+
+
+def test_the_gdn_flush_under_async_scheduling_reads_no_host_count() -> None:
+    """Under async scheduling V1's host copy of the accepted counts may still be in flight: the flush takes them
+    from V1's device buffer (rows of the last step), and never touches the host array."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from ascend_spec.vllm.v1.runner import _accepted_counts
+
+    class Untouchable:
+        def __getitem__(self, item):  # noqa: ANN001, ANN204
+            raise AssertionError("the host copy of the accepted counts was read")
+
+    device_counts = torch.tensor([1, 4, 2, 3, 1], dtype=torch.int32)
+    runner = SimpleNamespace(
+        use_async_scheduling=True,
+        num_accepted_tokens=SimpleNamespace(gpu=device_counts),
+        input_batch=SimpleNamespace(num_accepted_tokens_cpu=Untouchable()),
+    )
+    assert _accepted_counts(runner, [3, 1]).tolist() == [3, 4]
+    runner.use_async_scheduling = False
+    runner.input_batch.num_accepted_tokens_cpu = np.array([1, 4, 2, 3, 1], dtype=np.int32)
+    assert _accepted_counts(runner, [4, 2]).tolist() == [1, 2]
 
 
 def _check_lossless_ragged(engine_dir, tmp_path, models, plain, target: str, method: str) -> None:  # noqa: ANN001

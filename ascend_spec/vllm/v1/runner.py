@@ -179,5 +179,18 @@ def _flush_leaving_requests(runner, scheduler_output, *, plain_decodes: bool = F
     if gid is None:
         return
     slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, 0].copy())
-    accepted = torch.from_numpy(batch.num_accepted_tokens_cpu[rows].copy())
-    flush_slots(layers, slots, accepted)
+    flush_slots(layers, slots, _accepted_counts(runner, rows))
+
+
+def _accepted_counts(runner, rows: list[int]):  # noqa: ANN001, ANN202
+    """The last verify step's accepted counts of the batch rows ``rows`` (rows of that step: the flush runs
+    before V1 moves rows). Sync scheduling: V1's host copy, landed before this step. Async scheduling: that copy
+    may still be in flight (V1 itself stops reading it there), so the counts are gathered from V1's device
+    buffer, in stream order after the step that wrote them: no host read."""
+    import torch
+
+    if getattr(runner, "use_async_scheduling", False):
+        counts = runner.num_accepted_tokens.gpu
+        index = torch.tensor(rows, dtype=torch.int64).to(counts.device, non_blocking=True)
+        return counts.index_select(0, index)
+    return torch.from_numpy(runner.input_batch.num_accepted_tokens_cpu[rows].copy())
