@@ -33,6 +33,7 @@ from ascend_spec.graph.cost_profile import STATISTICS
 from ascend_spec.graph.plan_report import ENGINE_PROFILE_FORMAT, PLAN_PROFILE_FORMAT, load_plan_profile
 from ascend_spec.vllm.config import DynamicConfig, _where
 from ascend_spec.vllm.log import plugin_logger
+from ascend_spec.vllm.rank_consistency import from_rank_zero
 
 logger = plugin_logger()
 
@@ -288,8 +289,8 @@ def engine_profiles(
     if path.exists():
         profiles = load_engine_profiles(path, key, source=f"{'file' if explicit else 'cache'} {path}")
         logger.info("ascend-spec: cost profiles from %s (0 s added to start-up)", profiles.source)
-        return profiles
-    profiles = measure()
+        return from_rank_zero(profiles)  # a file another rank's process may have rewritten meanwhile
+    profiles = from_rank_zero(measure())  # every rank measures (its forwards are collective), plans on rank 0's
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(profiles.to_dict(), indent=2) + "\n")

@@ -37,6 +37,7 @@ import collections
 from ascend_spec.checks import check_int
 from ascend_spec.graph import BudgetController
 from ascend_spec.graph.cost_profile import STATISTICS
+from ascend_spec.vllm.rank_consistency import from_rank_zero
 
 PARTS = ("draft", "plain", "verify")
 
@@ -132,7 +133,8 @@ class MeasuredStepCosts:
 
     def _push(self, num_reqs: int) -> None:
         ctl = self.controller
-        spec, plain = self.corrections(num_reqs)
+        # every rank reaches this refresh at the same step; each timed its own steps: rank 0's for all
+        spec, plain = from_rank_zero(self.corrections(num_reqs))
         # A correction never makes a cost <= 0 (a profile measured high under load, then an idle machine).
         v = ctl.verify_cost.cost(num_reqs)
         d = ctl.draft_cost.cost(num_reqs * ctl.draft_tokens_per_request)

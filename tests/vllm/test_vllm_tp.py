@@ -128,3 +128,28 @@ def test_tp2_dynamic_on_hybrid_matches_plain_and_ranks_plan_identically(
     if method == "ngram":  # accepted drafts: the lossless check covers accepted tokens
         assert ours.num_accepted > 0
     assert sum(len(t) for t in ours.tokens) == sum(len(t) for t in plain_hybrid_tp.tokens) > len(PROMPTS)
+
+
+def test_tp2_with_measured_costs_every_rank_plans_on_rank_zeros_timings(
+    engine_dir: Path, tmp_path: Path, hybrid_low_entropy: TinyModels, plain_hybrid_tp: EngineRun
+) -> None:
+    """The defaults (profiles measured at start-up, step corrections measured while decoding, one step in one
+    timed): each rank times its own forwards and steps, a few percent apart, which flipped plans and left one rank
+    waiting in a collective for the other. Every rank now plans on rank 0's timings: the profiles and the
+    corrections handed to the controller are equal on both ranks, so are the plans, and the output is plain
+    decoding's."""
+    path = tmp_path / "measured.json"  # not there yet: measured at start-up and written
+    plugin = {
+        "dynamic": {"mode": "sync", "profile": str(path), "measure_every": 1, "warmup": 1, "repeats": 2}
+    }
+    ours = _run_tp(
+        engine_dir, hybrid_low_entropy, speculative=speculative("dflash", hybrid_low_entropy), plugin=plugin
+    )
+    assert_matches_plain(plain_hybrid_tp, ours, allow_ties=True)
+    ranks = ours.dynamic_ranks
+    assert len(ranks) == TP and all(r is not None and r["steps"] > 0 for r in ranks), ranks
+    assert all(r["profile_source"] == "measured" for r in ranks)
+    assert ranks[0]["step_costs"]["corrections_ms"], "no correction was handed to the controller"
+    for key in (*PLAN_KEYS, "last_lengths", "target_costs"):
+        assert ranks[1][key] == ranks[0][key], (key, ranks[0][key], ranks[1][key])
+    assert ranks[1]["step_costs"]["corrections_ms"] == ranks[0]["step_costs"]["corrections_ms"]
