@@ -347,3 +347,29 @@ def test_v2_engine_on_the_standalone_cpu_runner_is_refused_in_one_line(
     line = str(refused.value)
     assert "\n" not in line
     assert "builds the standalone V2 runner (StandaloneCPUModelRunner), which has no hooks" in line
+
+
+def test_gdn_verification_under_async_scheduling_is_served_on_v1_and_refused_on_the_npu_runner() -> None:
+    """V1 (vLLM's runner, the CPU and GPU builds) verifies GDN drafts under async scheduling (the flush gathers
+    the accepted counts on the device); vllm-ascend's runner is refused there in one line naming the setting,
+    until the pair is run (the emulated NPU runs no speculative hybrid under async scheduling)."""
+    from types import SimpleNamespace
+
+    from ascend_spec.vllm.config import parse_config
+    from ascend_spec.vllm.v1.runner import _check_engine
+
+    engine = SimpleNamespace(
+        model_config=SimpleNamespace(is_hybrid=True),
+        speculative_config=SimpleNamespace(method="dflash"),
+        scheduler_config=SimpleNamespace(async_scheduling=True),
+        cache_config=SimpleNamespace(mamba_cache_mode="none"),
+    )
+    settings = parse_config({"ascend_spec": {}})
+    _check_engine(engine, settings, npu=False)
+    with pytest.raises(
+        ValueError, match=r"\['gdn_verify'\] on vllm-ascend's NPUModelRunner runs with synchronous"
+    ):
+        _check_engine(engine, settings, npu=True)
+    _check_engine(engine, parse_config({"ascend_spec": {"gdn_verify": False}}), npu=True)
+    engine.scheduler_config.async_scheduling = False
+    _check_engine(engine, settings, npu=True)

@@ -81,6 +81,10 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
 
                 install_npu_dynamic(self)
             return
+        if vllm_config.cache_config.mamba_cache_mode == "align" and _verifies_gdn_drafts(vllm_config, settings):
+            from ascend_spec.vllm.v1.gdn_align import install_align_hooks
+
+            install_align_hooks(self)
         from ascend_spec.vllm.v1.rejection_expand import install_rejection_expand
 
         install_rejection_expand(self, release)
@@ -112,7 +116,23 @@ def _check_engine(vllm_config, settings: AscendSpecConfig, *, npu: bool = False)
         from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
 
         check_dynamic_engine(vllm_config, settings.dynamic.mode)
+    if npu and _verifies_gdn_drafts(vllm_config, settings) and vllm_config.scheduler_config.async_scheduling:
+        # the emulated NPU runs no speculative hybrid under async scheduling (ngram needs sync scheduling;
+        # DFlash / MTP drafters stop in vllm-ascend's Triton slot mapping there), so the pair is not run here
+        raise ValueError(
+            "additional_config['ascend_spec']['gdn_verify'] on vllm-ascend's NPUModelRunner runs with "
+            "synchronous scheduling in this release (not tested with its async scheduling); start the engine with "
+            "async_scheduling=False (--no-async-scheduling) or set 'gdn_verify': false"
+        )
     check_gdn_engine(vllm_config, settings)
+
+
+def _verifies_gdn_drafts(vllm_config, settings: AscendSpecConfig) -> bool:  # noqa: ANN001
+    return bool(
+        settings.gdn_verify
+        and vllm_config.model_config.is_hybrid
+        and vllm_config.speculative_config is not None
+    )
 
 
 def _install_runner_hooks(runner) -> None:  # noqa: ANN001
@@ -178,7 +198,9 @@ def _flush_leaving_requests(runner, scheduler_output, *, plain_decodes: bool = F
     gid = mamba_group(runner)
     if gid is None:
         return
-    slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, 0].copy())
+    # align mode (prefix caching): the running state is in the block of the last scheduled token
+    columns = [runner.mamba_state_idx.get(batch.req_ids[row], 0) for row in rows] if runner.cache_config.mamba_cache_mode == "align" else [0] * len(rows)
+    slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, columns].copy())
     flush_slots(layers, slots, _accepted_counts(runner, rows))
 
 
