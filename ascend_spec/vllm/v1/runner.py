@@ -81,10 +81,6 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
 
                 install_npu_dynamic(self)
             return
-        if vllm_config.cache_config.mamba_cache_mode == "align" and _verifies_gdn_drafts(vllm_config, settings):
-            from ascend_spec.vllm.v1.gdn_align import install_align_hooks
-
-            install_align_hooks(self)
         from ascend_spec.vllm.v1.rejection_expand import install_rejection_expand
 
         install_rejection_expand(self, release)
@@ -198,9 +194,7 @@ def _flush_leaving_requests(runner, scheduler_output, *, plain_decodes: bool = F
     gid = mamba_group(runner)
     if gid is None:
         return
-    # align mode (prefix caching): the running state is in the block of the last scheduled token
-    columns = [runner.mamba_state_idx.get(batch.req_ids[row], 0) for row in rows] if runner.cache_config.mamba_cache_mode == "align" else [0] * len(rows)
-    slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, columns].copy())
+    slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, 0].copy())
     flush_slots(layers, slots, _accepted_counts(runner, rows))
 
 
