@@ -133,13 +133,24 @@ def _vary_gdn_gates(model: torch.nn.Module) -> None:
                 layer.linear_attn.dt_bias.uniform_(-1.0, 1.0)
 
 
-def _qwen35_target(out: Path, *, low_entropy: bool, seed: int) -> dict[str, torch.Tensor]:
+def hybrid_layer_types(gdn_groups: int) -> list[str]:
+    """Two blocks of ``gdn_groups`` GDN layers and one full-attention layer. vLLM puts the GDN layers in
+    ``gdn_groups`` KV-cache groups (groups as large as the attention group), each with its own block table: one
+    request's state slot then differs from group to group, as in Qwen3.5's 3:1 layout."""
+    if gdn_groups < 1:
+        raise ValueError(f"gdn_groups must be at least 1; got {gdn_groups}")
+    return (["linear_attention"] * gdn_groups + ["full_attention"]) * 2
+
+
+def _qwen35_target(
+    out: Path, *, low_entropy: bool, seed: int, gdn_groups: int = 1
+) -> dict[str, torch.Tensor]:
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     torch.manual_seed(seed)
-    config = Qwen3_5TextConfig(
-        **_HYBRID_SHAPES, mtp_num_hidden_layers=1, architectures=["Qwen3_5ForCausalLM"]
-    )
+    types = hybrid_layer_types(gdn_groups)
+    shapes = dict(_HYBRID_SHAPES, num_hidden_layers=len(types), layer_types=types)
+    config = Qwen3_5TextConfig(**shapes, mtp_num_hidden_layers=1, architectures=["Qwen3_5ForCausalLM"])
     model = Qwen3_5ForCausalLM(config).eval()
     _vary_gdn_gates(model)
     state = _write_target(model, out, low_entropy, seed)
@@ -390,20 +401,28 @@ def make_tiny_models(
     constant: bool = False,
     seed: int = 0,
     qwen3_next: bool = False,
+    gdn_groups: int = 1,
 ) -> TinyModels:
     """Write a target (Qwen3, the Qwen3.5 hybrid, or with ``qwen3_next`` a Qwen3-Next hybrid) and its DFlash and
     DSpark drafters (and, for the dense target, an EAGLE-3 drafter) under ``root``; reuse them if they already
-    exist (same arguments, same files)."""
+    exist (same arguments, same files). ``gdn_groups`` > 1 (Qwen3.5 only) gives the hybrid that many GDN layers
+    per full-attention layer, which vLLM keeps in that many KV-cache groups (:func:`hybrid_layer_types`)."""
     if constant and (hybrid or low_entropy):
         raise ValueError(
             "constant=True makes a dense target of its own; it takes neither hybrid nor low_entropy"
         )
     if qwen3_next and not hybrid:
         raise ValueError("qwen3_next=True makes a hybrid target; pass hybrid=True")
+    if gdn_groups != 1 and (not hybrid or qwen3_next):
+        raise ValueError(
+            f"gdn_groups={gdn_groups} shapes the Qwen3.5 hybrid; pass hybrid=True without qwen3_next"
+        )
+    hybrid_layer_types(gdn_groups)  # refuses gdn_groups < 1 before anything is written
     kind = (
         ("qwen3next" if qwen3_next else "qwen35" if hybrid else "qwen3")
         + ("_lowent" if low_entropy else "")
         + ("_constant" if constant else "")
+        + (f"_g{gdn_groups}" if gdn_groups != 1 else "")
         + f"_s{seed}_v{GENERATOR_VERSION}"
     )
     base = Path(root) / kind
@@ -414,7 +433,7 @@ def make_tiny_models(
         if qwen3_next:
             _qwen3_next_target(target, low_entropy=low_entropy, seed=seed)
         elif hybrid:
-            _qwen35_target(target, low_entropy=low_entropy, seed=seed)
+            _qwen35_target(target, low_entropy=low_entropy, seed=seed, gdn_groups=gdn_groups)
         else:
             _qwen3_target(target, low_entropy=low_entropy, seed=seed)
         _dflash_drafter(dflash, target_layers=layers, seed=seed)

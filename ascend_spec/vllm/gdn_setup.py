@@ -64,14 +64,32 @@ def gdn_layers(runner) -> list:  # noqa: ANN001
     return layers
 
 
-def mamba_group(runner) -> int | None:  # noqa: ANN001
-    """The index of the runner's first KV-cache group of mamba (GDN) state, or None."""
+def mamba_groups(runner, layers: list) -> list[tuple[int, list]]:  # noqa: ANN001
+    """``(group index, its layers)`` for every KV-cache group of mamba (GDN) state that holds some of ``layers``.
+
+    Each group has its own block table, so one request's state slot differs from group to group (vLLM splits a
+    model's GDN layers into groups of the attention groups' size: a 3:1 Qwen3.5 has three of them): a layer's
+    slot must be read from its own group's table. Found once per runner, then kept.
+    """
+    cached = runner.__dict__.get("_ascend_spec_gdn_groups")
+    if cached is not None:
+        return cached
     from vllm.v1.kv_cache_interface import MambaSpec
 
+    by_name = {layer.prefix: layer for layer in layers}
+    groups = []
     for i, group in enumerate(runner.kv_cache_config.kv_cache_groups):
         if isinstance(group.kv_cache_spec, MambaSpec):
-            return i
-    return None
+            members = [by_name.pop(name) for name in group.layer_names if name in by_name]
+            if members:
+                groups.append((i, members))
+    if by_name:
+        raise RuntimeError(
+            f"ascend-spec: GDN layers {sorted(by_name)} are in no KV-cache group of mamba state; their pending "
+            "records could not be committed to their state slots"
+        )
+    runner._ascend_spec_gdn_groups = groups
+    return groups
 
 
 def flush_slots(layers: list, slots: torch.Tensor, accepted: torch.Tensor) -> None:

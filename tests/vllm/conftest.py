@@ -37,6 +37,13 @@ def hybrid_low_entropy(models_dir: Path) -> TinyModels:
 
 
 @pytest.fixture(scope="session")
+def hybrid_grouped_low_entropy(models_dir: Path) -> TinyModels:
+    """A low-entropy 3:1 Qwen3.5 hybrid: six GDN layers in three KV-cache groups, so one request's state slot
+    differs from group to group (as in Qwen3.5 checkpoints)."""
+    return make_tiny_models(models_dir, hybrid=True, low_entropy=True, gdn_groups=3)
+
+
+@pytest.fixture(scope="session")
 def qwen3_next_low_entropy(models_dir: Path) -> TinyModels:
     """A low-entropy Qwen3-Next hybrid (interleaved q/k/v/z GDN projections, one tiny MoE layer)."""
     return make_tiny_models(models_dir, hybrid=True, low_entropy=True, qwen3_next=True)

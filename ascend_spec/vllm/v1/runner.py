@@ -20,7 +20,7 @@ from ascend_spec.vllm.gdn_setup import (
     check_gdn_engine,
     flush_slots,
     gdn_layers,
-    mamba_group,
+    mamba_groups,
     package_version,
     register_gdn_layer,
 )
@@ -149,6 +149,7 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
     def _load_model_with_log(self, *args: Any, **kwargs: Any):  # noqa: ANN202
         result = load_model(*args, **kwargs)
         self.__dict__.pop("_ascend_spec_gdn_layers", None)
+        self.__dict__.pop("_ascend_spec_gdn_groups", None)
         layers = gdn_layers(self)
         self._ascend_spec_gdn_layers = layers  # kept for every step, also when empty (a dense target)
         drafter = getattr(self, "drafter", None)
@@ -191,11 +192,10 @@ def _flush_leaving_requests(runner, scheduler_output, *, plain_decodes: bool = F
     rows = [row for rid, row in batch.req_id_to_index.items() if leaves_or_runs_plain(rid)]
     if not rows:
         return
-    gid = mamba_group(runner)
-    if gid is None:
-        return
-    slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, 0].copy())
-    flush_slots(layers, slots, _accepted_counts(runner, rows))
+    accepted = _accepted_counts(runner, rows)
+    for gid, group_layers in mamba_groups(runner, layers):  # each group's layers at that group's state slots
+        slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, 0].copy())
+        flush_slots(group_layers, slots, accepted)
 
 
 def _accepted_counts(runner, rows: list[int]):  # noqa: ANN001, ANN202

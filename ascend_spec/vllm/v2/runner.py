@@ -34,7 +34,7 @@ from ascend_spec.vllm.gdn_setup import (
     check_gdn_engine,
     flush_slots,
     gdn_layers,
-    mamba_group,
+    mamba_groups,
     package_version,
     register_gdn_layer,
 )
@@ -113,6 +113,7 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
     def _load_model_with_log(self, *args: Any, **kwargs: Any):  # noqa: ANN202
         result = load_model(*args, **kwargs)
         self.__dict__.pop("_ascend_spec_gdn_layers", None)
+        self.__dict__.pop("_ascend_spec_gdn_groups", None)
         layers = gdn_layers(self)
         self._ascend_spec_gdn_layers = layers  # kept for every step, also when empty (a dense target)
         speculator = getattr(self, "speculator", None)
@@ -163,12 +164,10 @@ def flush_leaving_requests(runner, req_ids: Iterable[str]) -> None:  # noqa: ANN
     rows = sorted(index[r] for r in req_ids if r in index)
     if not rows:
         return
-    gid = mamba_group(runner)
-    if gid is None:
-        return
-    table = runner.block_tables.block_tables[gid].gpu
-    rows_t = torch.tensor(rows, dtype=torch.long).to(table.device, non_blocking=True)
-    slots = table.index_select(0, rows_t)[:, 0]
-    accepted = runner.model_state.num_accepted_tokens_gpu.index_select(0, rows_t)
-    flush_slots(layers, slots, accepted)
+    accepted_all = runner.model_state.num_accepted_tokens_gpu
+    rows_t = torch.tensor(rows, dtype=torch.long).to(accepted_all.device, non_blocking=True)
+    accepted = accepted_all.index_select(0, rows_t)
+    for gid, group_layers in mamba_groups(runner, layers):  # each group's layers at that group's state slots
+        table = runner.block_tables.block_tables[gid].gpu
+        flush_slots(group_layers, table.index_select(0, rows_t)[:, 0], accepted)
     runner._ascend_spec_flushed_requests = runner.__dict__.get("_ascend_spec_flushed_requests", 0) + len(rows)

@@ -1,0 +1,76 @@
+"""The GDN flush reads each layer's state slot from its own KV-cache group (no engine: a stand-in runner).
+
+vLLM keeps a hybrid's GDN layers in several KV-cache groups when they outnumber the attention layers (Qwen3.5's
+3:1 layout: three groups), each with its own block table, so one request's state slot differs per group.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.matrix  # no engine: cheap on every release of the matrix
+
+
+class _Layer:
+    """Records the slots and accepted counts each flush hands it."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.flushed: list[tuple[list[int], list[int]]] = []
+        self.kv_cache = [torch.zeros(1), torch.zeros(1)]
+
+    def flush(self, slots: torch.Tensor, accepted: torch.Tensor) -> None:
+        self.flushed.append((slots.tolist(), accepted.tolist()))
+
+
+def _spec(cls: type) -> object:
+    return object.__new__(cls)  # isinstance is all the flush reads of a group's spec
+
+
+def _runner(layers: list[_Layer]) -> SimpleNamespace:
+    """Two requests in rows 0 and 1; GDN layers 0/2 in group 0, 1/3 in group 2, attention in group 1."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    groups = [
+        SimpleNamespace(kv_cache_spec=_spec(MambaSpec), layer_names=["l0", "l2"]),
+        SimpleNamespace(kv_cache_spec=_spec(FullAttentionSpec), layer_names=["attn"]),
+        SimpleNamespace(kv_cache_spec=_spec(MambaSpec), layer_names=["l1", "l3"]),
+    ]
+    tables = [np.array([[5], [9]]), np.array([[1], [2]]), np.array([[6], [10]])]
+    batch = SimpleNamespace(
+        req_id_to_index={"a": 0, "b": 1},
+        block_table=[SimpleNamespace(block_table=SimpleNamespace(np=t)) for t in tables],
+        num_accepted_tokens_cpu=np.array([3, 2], dtype=np.int32),
+    )
+    return SimpleNamespace(
+        _ascend_spec_gdn_layers=layers,
+        kv_cache_config=SimpleNamespace(kv_cache_groups=groups),
+        input_batch=batch,
+        use_async_scheduling=False,
+    )
+
+
+def test_flush_commits_each_layer_at_its_own_groups_slot() -> None:
+    from ascend_spec.vllm.v1.runner import _flush_leaving_requests
+
+    layers = [_Layer(f"l{i}") for i in range(4)]
+    runner = _runner(layers)
+    # "a" finishes; "b" decodes without drafts (vLLM 0.30.0 runs it through its own GDN kernels)
+    step = SimpleNamespace(
+        num_scheduled_tokens={"b": 1}, finished_req_ids={"a"}, scheduled_spec_decode_tokens={}
+    )
+    _flush_leaving_requests(runner, step, plain_decodes=True)
+    assert layers[0].flushed == layers[2].flushed == [([5, 9], [3, 2])]
+    assert layers[1].flushed == layers[3].flushed == [([6, 10], [3, 2])]
+
+
+def test_a_gdn_layer_in_no_mamba_group_is_an_error() -> None:
+    from ascend_spec.vllm.gdn_setup import mamba_groups
+
+    layers = [_Layer("l0"), _Layer("stray")]
+    with pytest.raises(RuntimeError, match=r"GDN layers \['stray'\] are in no KV-cache group"):
+        mamba_groups(_runner(layers), layers)
