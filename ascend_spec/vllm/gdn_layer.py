@@ -205,6 +205,14 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
         self.records.num_recorded.index_fill_(0, slots, 0)
         self.conv_records.num_recorded.index_fill_(0, slots, 0)
 
+    def clear_records(self) -> None:
+        """Drop every slot's records (only while no request holds a slot): what a batch of dummy rows recorded
+        (the cost measurement's steps) must never replay into the request that takes the slot next."""
+        if self.records is None:
+            return
+        self.records.num_recorded.zero_()
+        self.conv_records.num_recorded.zero_()
+
     def flush(self, slots: torch.Tensor, accepted: torch.Tensor) -> None:
         """Commit the pending records of requests leaving the batch (finished, preempted, unscheduled)."""
         if self.ascend_spec is None or self.records is None or slots.numel() == 0:

@@ -16,7 +16,16 @@ import json
 from pathlib import Path
 
 import pytest
-from engine_helpers import ONE_OMP_THREAD, PROMPTS, K, assert_matches_plain, run, speculative
+from engine_helpers import (
+    ONE_OMP_THREAD,
+    PREEMPTION_KV_CACHE_BYTES,
+    PREEMPTION_LENGTHS,
+    PROMPTS,
+    K,
+    assert_matches_plain,
+    run,
+    speculative,
+)
 
 from ascend_spec.graph import CostProfile
 from ascend_spec.vllm.cost_profiles import ENGINE_PROFILE_FORMAT
@@ -144,3 +153,73 @@ def test_ngram_planned_on_the_estimate_on_v2_matches_plain(
     estimate = stats["estimate"]
     assert estimate["steps"] > 0 and estimate["population_trials"][0] > 0  # V2's counts reached the estimate
     assert all(0.0 <= r <= 1.0 for r in estimate["population_rate"])
+
+
+# ------------------------------------------------------------------------- V2's async scheduling, GDN target
+
+# the ops' value checks on: no state slot shared by two rows, no pending past what a slot recorded
+CHECKED = {**ONE_OMP_THREAD, "ASCEND_SPEC_CHECKS": "1"}
+
+
+@pytest.fixture(scope="module")
+def plain_v2_async_hybrid(engine_dir, hybrid_low_entropy):  # noqa: ANN001, ANN201
+    """Plain decoding of the hybrid on the same V2 engine under async scheduling (top-2 logits: the tie rule)."""
+    result = _run(engine_dir, hybrid_low_entropy, "v2", async_scheduling=True, logprobs=True)
+    assert result.runner == "v2" and result.num_drafts == 0
+    return result
+
+
+def _async_gdn_checks(ours, plain) -> dict:  # noqa: ANN001
+    assert ours.runner == "v2", f"the worker built {ours.runner}, not Model Runner V2"
+    assert_matches_plain(plain, ours, allow_ties=True)
+    assert ours.gdn_slots_per_request == 1
+    assert 0 < ours.num_accepted <= ours.num_draft_tokens
+    stats = ours.dynamic
+    assert stats is not None and stats["steps"] > 0
+    assert stats["host_copies"] == 0 and stats["max_host_copies_per_step"] == 0  # nothing read in a step
+    return stats
+
+
+def test_dflash_dynamic_on_v2_hybrid_under_async_scheduling_with_measured_profiles(
+    engine_dir, tmp_path, hybrid_low_entropy, plain_v2_async_hybrid
+):
+    """V2 under async scheduling with the plugin's GDN layer and dynamic verification's async mode, the cost
+    profiles measured at the first step (an empty vLLM cache): the measuring dummy runs give each dummy row its own
+    state slot (V2 puts them all on slot 0, which the value checks refuse), and the output is plain decoding's."""
+    env = {**CHECKED, "VLLM_CACHE_ROOT": str(tmp_path / "vllm_cache")}
+    ours = run(
+        engine_dir,
+        hybrid_low_entropy,
+        env=env,
+        runner="v2",
+        prompts=V2_PROMPTS,
+        max_tokens=V2_LENGTHS,
+        speculative=speculative("dflash", hybrid_low_entropy),
+        plugin={"dynamic": {"mode": "async"}},
+        async_scheduling=True,
+    )
+    stats = _async_gdn_checks(ours, plain_v2_async_hybrid)
+    assert stats["profile_source"] == "measured" and stats["profile_startup_s"] > 0
+
+
+def test_dflash_dynamic_on_v2_hybrid_under_async_scheduling_with_preemption(
+    engine_dir, tmp_path, hybrid_low_entropy, plain_hybrid_long
+):
+    """A cache of 11 blocks under V2's async scheduling: preempted requests leave V2's request states, the flush
+    commits their records with the accepted counts gathered on the device, their recomputed prefill starts the
+    slot afresh; the output is plain decoding's."""
+    ours = run(
+        engine_dir,
+        hybrid_low_entropy,
+        env=CHECKED,
+        runner="v2",
+        max_tokens=PREEMPTION_LENGTHS,
+        kv_cache_bytes=PREEMPTION_KV_CACHE_BYTES,
+        speculative=speculative("dflash", hybrid_low_entropy),
+        plugin={"dynamic": {"mode": "async", "profile": _profile(tmp_path / "step.json")}},
+        async_scheduling=True,
+    )
+    assert ours.num_preemptions > 0 and plain_hybrid_long.num_preemptions == 0
+    assert ours.gdn_flushed_requests >= ours.num_preemptions + 1
+    stats = _async_gdn_checks(ours, plain_hybrid_long)
+    assert stats["profile_source"].startswith("file ")

@@ -290,3 +290,49 @@ def test_reallocate_answers_in_the_releases_shape(four: bool) -> None:
     manager.get_num_tokens({"a": 1 + K}, {"a": [-1] * K})
     out = manager.reallocate_drafts(["a"], torch.tensor([0]))
     assert len(out) == (4 if four else 3) and (not four or out[3] is None)
+
+
+def test_measuring_dummy_runs_take_their_own_state_slots_and_leave_no_records() -> None:
+    """V2's dummy batches put every request on GDN state slot 0; while the profiles are measured each dummy run
+    asks V2 for distinct slots (valid_dummy_state_slots), afterwards no layer keeps a dummy row's records, and a
+    runner that already holds requests is refused (their slots would be overwritten)."""
+    from ascend_spec.gdn import allocate_conv_records, allocate_records
+    from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
+    from ascend_spec.vllm.v2.dynamic_hooks import dummy_runs_on_free_slots
+
+    layer = SimpleNamespace(
+        records=allocate_records(4, 4, 1, 2, 2), conv_records=allocate_conv_records(4, 4, 3, 4)
+    )
+    layer.clear_records = lambda: AscendSpecGDNAttention.clear_records(layer)
+
+    class Runner:
+        def __init__(self) -> None:
+            self.calls: list[tuple[int, dict]] = []
+            self.req_states = SimpleNamespace(req_id_to_index={})
+            self._ascend_spec_gdn_layers = [layer]
+
+        def _dummy_run(self, num_tokens: int, **kwargs) -> None:  # noqa: ANN003
+            self.calls.append((num_tokens, kwargs))
+            layer.records.num_recorded[1 : num_tokens + 1] = 2  # what the dummy rows' verify recorded
+            layer.conv_records.num_recorded[1 : num_tokens + 1] = 2
+
+    runner = Runner()
+    with dummy_runs_on_free_slots(runner):
+        runner._dummy_run(3)
+        assert int(layer.records.num_recorded.sum()) == 6
+    assert int(layer.records.num_recorded.sum()) == int(layer.conv_records.num_recorded.sum()) == 0
+    runner._dummy_run(2)  # after measuring: V2's own dummy runs again
+    assert runner.calls == [(3, {"valid_dummy_state_slots": True}), (2, {})]
+    assert "_dummy_run" not in runner.__dict__
+    layer.records.num_recorded.zero_()
+    layer.conv_records.num_recorded.zero_()
+
+    runner.req_states.req_id_to_index["r0"] = 0
+    with pytest.raises(RuntimeError, match="the runner holds 1 requests"), dummy_runs_on_free_slots(runner):
+        pass
+
+    dense = Runner()
+    dense._ascend_spec_gdn_layers = []  # no GDN layer: V2's dummy runs as they are
+    with dummy_runs_on_free_slots(dense):
+        dense._dummy_run(4)
+    assert dense.calls == [(4, {})]

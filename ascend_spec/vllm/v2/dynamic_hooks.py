@@ -22,7 +22,10 @@ run unchanged.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -38,6 +41,7 @@ from ascend_spec.vllm.cost_profiles import (
     time_target_forward,
 )
 from ascend_spec.vllm.dynamic import DynamicVerifier, startup_line
+from ascend_spec.vllm.gdn_setup import gdn_layers
 from ascend_spec.vllm.graphs import SCORED_METHODS, V2_PLANNED_METHODS, engine_graphs
 from ascend_spec.vllm.log import plugin_logger
 from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
@@ -201,16 +205,17 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
     draft_runs = _DraftRuns(runner, q)
 
     def measure():  # noqa: ANN202
-        return measure_engine_profiles(
-            lambda n: time_target_forward(runner, n, runner.speculator, "propose"),
-            draft_runs,
-            graphs.target.buckets,
-            graphs.draft.buckets,
-            settings.dynamic,
-            device,
-            key,
-            interleave_draft=False,
-        )
+        with dummy_runs_on_free_slots(runner):
+            return measure_engine_profiles(
+                lambda n: time_target_forward(runner, n, runner.speculator, "propose"),
+                draft_runs,
+                graphs.target.buckets,
+                graphs.draft.buckets,
+                settings.dynamic,
+                device,
+                key,
+                interleave_draft=False,
+            )
 
     profiles = engine_profiles(settings.dynamic, key, measure)
     controller = BudgetController(
@@ -264,6 +269,40 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
         )
     )
     return manager
+
+
+@contextlib.contextmanager
+def dummy_runs_on_free_slots(runner) -> Iterator[None]:  # noqa: ANN001
+    """While the profiles are measured, V2's dummy runs give each dummy request its own GDN state slot.
+
+    V2 zeroes a dummy batch's block tables (``BlockTables.get_dummy_block_tables``): every dummy request's state
+    slot is 0, and its hybrid state makes each dummy row of at most ``1+K`` tokens a speculative row
+    (``MambaHybridModelState.prepare_attn``), so the plugin's GDN layers would verify several rows on one slot
+    (racing writes; the value checks refuse it). V2's ``valid_dummy_state_slots`` puts dummy request ``i`` on
+    slot ``i+1`` instead. The profiles are measured before the first step's requests exist, so no request holds
+    those slots; afterwards every layer drops the dummy rows' records, and a request's prefill starts its slot
+    afresh."""
+    layers = gdn_layers(runner)
+    if not layers:
+        yield
+        return
+    held = len(runner.req_states.req_id_to_index)
+    if held:
+        raise RuntimeError(
+            f"{_where('dynamic')} measures its cost profiles on Model Runner V2 before the first step's requests "
+            f"exist (dummy rows take state slots 1..B); the runner holds {held} requests"
+        )
+    own = runner.__dict__.get("_dummy_run")
+    runner._dummy_run = functools.partial(runner._dummy_run, valid_dummy_state_slots=True)
+    try:
+        yield
+    finally:
+        if own is None:
+            del runner._dummy_run
+        else:
+            runner._dummy_run = own
+        for layer in layers:
+            layer.clear_records()
 
 
 def _estimate_rows(runner, settings: AscendSpecConfig, k: int) -> tuple[V2EstimateRows | None, str]:  # noqa: ANN001

@@ -16,7 +16,10 @@ How V2 serves one GDN state slot per request:
   request slot): the layer's pending counts come from those, as on V1;
 * a request leaves V2's request states in ``_remove_request`` (finished, preempted, a streaming input's re-add):
   before vLLM forgets its request slot, the flush reads its state slot (``block_tables``, the mamba group's
-  column 0) and its accepted count on the device (no host read) and commits its pending records.
+  column 0) and its accepted count on the device (no host read) and commits its pending records;
+* under async scheduling too: the worker runs each step's ``execute_model`` then its ``sample_tokens``, whose
+  ``postprocess_state`` writes ``num_accepted_tokens_gpu`` on the device before the next step's flush reads it
+  (stream order; the host copies V2 leaves in flight are never read).
 """
 
 from __future__ import annotations
@@ -77,18 +80,6 @@ def check_v2_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: A
         from ascend_spec.vllm.v2.dynamic_hooks import check_v2_dynamic_engine
 
         check_v2_dynamic_engine(vllm_config, settings)
-    if (
-        settings.gdn_verify
-        and vllm_config.model_config.is_hybrid
-        and vllm_config.speculative_config is not None
-        and vllm_config.scheduler_config.async_scheduling
-    ):
-        raise ValueError(
-            "additional_config['ascend_spec']['gdn_verify'] on Model Runner V2 runs with synchronous scheduling "
-            "in this release (its V2 flush reads the device's accepted counts in stream order, not yet tested "
-            "with V2's async scheduling); start the engine with async_scheduling=False (--no-async-scheduling) "
-            "or set 'gdn_verify': false"
-        )
     check_gdn_engine(vllm_config, settings)
 
 
