@@ -290,7 +290,9 @@ def engine_profiles(
         profiles = load_engine_profiles(path, key, source=f"{'file' if explicit else 'cache'} {path}")
         logger.info("ascend-spec: cost profiles from %s (0 s added to start-up)", profiles.source)
         return from_rank_zero(profiles)  # a file another rank's process may have rewritten meanwhile
-    profiles = from_rank_zero(measure())  # every rank measures (its forwards are collective), plans on rank 0's
+    profiles = from_rank_zero(
+        measure()
+    )  # every rank measures (its forwards are collective), plans on rank 0's
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(profiles.to_dict(), indent=2) + "\n")

@@ -231,27 +231,27 @@ def test_v2_dynamic_verification_checks_in_one_line() -> None:
         assert "\n" not in str(refused.value) and words in str(refused.value)
 
 
-def test_v2_gdn_verification_refuses_async_scheduling_in_one_line() -> None:
+def test_v2_gdn_verification_is_served_under_async_scheduling() -> None:
+    """V2's check takes GDN verification under async scheduling and prefix caching stays refused in one line."""
     from types import SimpleNamespace
 
     from ascend_spec.vllm.config import parse_config
     from ascend_spec.vllm.v2.runner import check_v2_engine
 
-    def engine(async_scheduling: bool) -> SimpleNamespace:
+    def engine(async_scheduling: bool, mode: str = "none") -> SimpleNamespace:
         return SimpleNamespace(
             model_config=SimpleNamespace(is_hybrid=True),
             speculative_config=SimpleNamespace(method="ngram"),
             scheduler_config=SimpleNamespace(async_scheduling=async_scheduling),
-            cache_config=SimpleNamespace(mamba_cache_mode="none"),
+            cache_config=SimpleNamespace(mamba_cache_mode=mode),
         )
 
     settings = parse_config({"ascend_spec": {}})
-    with pytest.raises(ValueError) as refused:
-        check_v2_engine(engine(True), settings)
-    assert "\n" not in str(refused.value)
-    assert "on Model Runner V2 runs with synchronous scheduling" in str(refused.value)
+    check_v2_engine(engine(True), settings)
     check_v2_engine(engine(False), settings)
-    check_v2_engine(engine(True), parse_config({"ascend_spec": {"gdn_verify": False}}))
+    with pytest.raises(ValueError) as refused:
+        check_v2_engine(engine(True, "align"), settings)
+    assert "\n" not in str(refused.value) and "mamba_cache_mode='none'" in str(refused.value)
 
 
 def test_release_table_names_each_v2_release_and_its_shims() -> None:
