@@ -15,6 +15,7 @@ target and the drafter named like the engine's speculative method. Measuring is 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ascend_spec.graph import CostProfile, GraphBuckets
+from ascend_spec.graph import BudgetController, CostProfile, GraphBuckets
 from ascend_spec.graph.config_io import read_json
 from ascend_spec.graph.cost_profile import STATISTICS
 from ascend_spec.graph.plan_report import ENGINE_PROFILE_FORMAT, PLAN_PROFILE_FORMAT, load_plan_profile
@@ -277,6 +278,54 @@ def measure_engine_profiles(
             statistic=settings.statistic,
         )
     return EngineProfiles(target, draft, key, "measured", deadline.elapsed())
+
+
+def engine_controller(
+    runner,  # noqa: ANN001
+    settings: DynamicConfig,
+    graphs,  # noqa: ANN001 - ascend_spec.vllm.graphs.EngineGraphs
+    run_target: Callable[[int], Any],
+    run_draft: Callable[[int], Any],
+    *,
+    mode: str = "sync",
+    backend: str = "auto",
+    draft_tokens: int | None = None,
+    model_runner: str | None = None,
+    interleave_draft: bool = True,
+    measuring: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> tuple[EngineProfiles, BudgetController]:
+    """Every runner's start of dynamic verification: the profiles of ``settings.profile`` (read, or measured with
+    the runner's ``run_target`` / ``run_draft`` at ``graphs``' buckets inside ``measuring()``) and the
+    ``BudgetController`` planning on them (``draft_tokens``: the drafter's Q where it differs from the method's).
+    ``model_runner`` joins the profile key where the runner changes what a dummy step costs."""
+    device = torch.device(runner.device)
+    key = profile_key(runner.vllm_config, device, graphs, settings)
+    if model_runner is not None:
+        key["model_runner"] = model_runner
+
+    def measure() -> EngineProfiles:
+        with measuring():
+            return measure_engine_profiles(
+                run_target,
+                run_draft,
+                graphs.target.buckets,
+                graphs.draft.buckets,
+                settings,
+                device,
+                key,
+                interleave_draft=interleave_draft,
+            )
+
+    profiles = engine_profiles(settings, key, measure)
+    controller = BudgetController(
+        profiles.draft,
+        controller_target_profile(profiles, graphs),
+        max_drafts=graphs.num_spec_tokens,
+        draft_tokens_per_request=draft_tokens or graphs.draft_tokens_per_request,
+        mode=mode,
+        backend=backend,
+    )
+    return profiles, controller
 
 
 def engine_profiles(

@@ -24,21 +24,16 @@ from typing import Any
 
 import torch
 
-from ascend_spec.graph import BudgetController
 from ascend_spec.vllm.ascend.verify_scheduler import METHODS, AscendSpecDynamicSpec, ControllerVerifyPlanner
 from ascend_spec.vllm.config import AscendSpecConfig, _where
-from ascend_spec.vllm.cost_profiles import (
-    controller_target_profile,
-    engine_profiles,
-    measure_engine_profiles,
-    profile_key,
-    time_target_forward,
-)
+from ascend_spec.vllm.cost_profiles import engine_controller, time_target_forward
 from ascend_spec.vllm.dynamic import DynamicVerifier, startup_line
 from ascend_spec.vllm.graphs import engine_graphs
 from ascend_spec.vllm.log import plugin_logger
 
 logger = plugin_logger()
+#: The profile key's runner: the NPU runner's dummy steps are its own.
+NPU_RUNNER = "vllm-ascend NPUModelRunner"
 
 
 #: What the adapter plans: DFlash and DSpark on their scores (the proposers' verify scheduler), ngram on the
@@ -124,32 +119,20 @@ def build_planner(runner) -> ControllerVerifyPlanner:  # noqa: ANN001
     vllm_config = runner.vllm_config
     device = torch.device(runner.device)
     graphs = engine_graphs(vllm_config, device)
-    key = profile_key(vllm_config, device, graphs, settings.dynamic)
-    key["model_runner"] = "vllm-ascend NPUModelRunner"
     drafter = runner.drafter
     q, k = drafter.draft_tokens_per_request(), graphs.num_spec_tokens
-
-    def measure():  # noqa: ANN202
-        return measure_engine_profiles(
-            lambda n: time_target_forward(runner, n, drafter, "dummy_run"),
-            lambda n: _run_draft(runner, n, q, k),
-            graphs.target.buckets,
-            graphs.draft.buckets,
-            settings.dynamic,
-            device,
-            key,
-        )
-
-    profiles = engine_profiles(settings.dynamic, key, measure)
     mode = controller_mode(settings)
     backend = drafter.dynamic_spec.backend
-    controller = BudgetController(
-        profiles.draft,
-        controller_target_profile(profiles, graphs),
-        max_drafts=k,
-        draft_tokens_per_request=q,
+    profiles, controller = engine_controller(
+        runner,
+        settings.dynamic,
+        graphs,
+        lambda n: time_target_forward(runner, n, drafter, "dummy_run"),
+        lambda n: _run_draft(runner, n, q, k),
         mode=mode,
         backend=backend,
+        draft_tokens=q,
+        model_runner=NPU_RUNNER,
     )
     scheduling = "async" if vllm_config.scheduler_config.async_scheduling else "sync"
     hand_over = (
@@ -179,29 +162,14 @@ def build_ngram_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
     vllm_config = runner.vllm_config
     device = torch.device(runner.device)
     graphs = engine_graphs(vllm_config, device)
-    key = profile_key(vllm_config, device, graphs, settings.dynamic)
-    key["model_runner"] = "vllm-ascend NPUModelRunner"
     k, q = graphs.num_spec_tokens, graphs.draft_tokens_per_request
-
-    def measure():  # noqa: ANN202
-        return measure_engine_profiles(
-            lambda n: time_target_forward(runner, n, runner.drafter, "dummy_run"),
-            lambda n: None,
-            graphs.target.buckets,
-            graphs.draft.buckets,
-            settings.dynamic,
-            device,
-            key,
-        )
-
-    profiles = engine_profiles(settings.dynamic, key, measure)
-    controller = BudgetController(
-        profiles.draft,
-        controller_target_profile(profiles, graphs),
-        max_drafts=k,
-        draft_tokens_per_request=q,
-        mode="sync",
-        backend="auto",
+    profiles, controller = engine_controller(
+        runner,
+        settings.dynamic,
+        graphs,
+        lambda n: time_target_forward(runner, n, runner.drafter, "dummy_run"),
+        lambda n: None,  # ngram runs no forward
+        model_runner=NPU_RUNNER,
     )
     verifier = DynamicVerifier(controller, graphs, probe_interval=settings.dynamic.probe_interval)
     verifier.profiles = profiles

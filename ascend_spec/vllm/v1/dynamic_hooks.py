@@ -18,16 +18,9 @@ from typing import Any
 
 import torch
 
-from ascend_spec.graph import BudgetController
 from ascend_spec.vllm.acceptance_estimate import AcceptanceEstimator
 from ascend_spec.vllm.config import _where
-from ascend_spec.vllm.cost_profiles import (
-    controller_target_profile,
-    engine_profiles,
-    measure_engine_profiles,
-    profile_key,
-    time_target_forward,
-)
+from ascend_spec.vllm.cost_profiles import engine_controller, time_target_forward
 from ascend_spec.vllm.dynamic import DynamicVerifier, startup_line, take_checked_scores, trim_draft_token_ids
 from ascend_spec.vllm.graphs import SCORED_METHODS, V1_PLANNED_METHODS, engine_graphs
 from ascend_spec.vllm.log import plugin_logger
@@ -233,28 +226,14 @@ def build_verifier(runner) -> DynamicVerifier:  # noqa: ANN001
         )
     # Drafters without scores are planned on the acceptance estimate; DFlash / DSpark with "combine" too.
     estimate = not scored or settings.dynamic.estimate == "combine"
-    key = profile_key(vllm_config, device, graphs, settings.dynamic)
     q = graphs.draft_tokens_per_request
     k = graphs.num_spec_tokens
-
-    def measure():  # noqa: ANN202
-        return measure_engine_profiles(
-            lambda n: time_target_forward(runner, n, runner.drafter, "dummy_run"),
-            lambda n: _run_draft(runner, n, n // q * k),
-            graphs.target.buckets,
-            graphs.draft.buckets,
-            settings.dynamic,
-            device,
-            key,
-        )
-
-    profiles = engine_profiles(settings.dynamic, key, measure)
-    controller = BudgetController(
-        profiles.draft,
-        controller_target_profile(profiles, graphs),
-        max_drafts=k,
-        draft_tokens_per_request=q,
-        mode="sync",
+    profiles, controller = engine_controller(
+        runner,
+        settings.dynamic,
+        graphs,
+        lambda n: time_target_forward(runner, n, runner.drafter, "dummy_run"),
+        lambda n: _run_draft(runner, n, n // q * k),
         backend=settings.backend,
     )
     verifier = DynamicVerifier(

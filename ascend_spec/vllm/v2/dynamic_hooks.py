@@ -30,16 +30,9 @@ from typing import Any
 
 import torch
 
-from ascend_spec.graph import BudgetController
 from ascend_spec.vllm.acceptance_estimate import AcceptanceEstimator
 from ascend_spec.vllm.config import AscendSpecConfig, _where
-from ascend_spec.vllm.cost_profiles import (
-    controller_target_profile,
-    engine_profiles,
-    measure_engine_profiles,
-    profile_key,
-    time_target_forward,
-)
+from ascend_spec.vllm.cost_profiles import engine_controller, time_target_forward
 from ascend_spec.vllm.dynamic import DynamicVerifier, startup_line
 from ascend_spec.vllm.gdn_setup import gdn_layers
 from ascend_spec.vllm.graphs import SCORED_METHODS, V2_PLANNED_METHODS, engine_graphs
@@ -199,32 +192,17 @@ def build_manager(runner) -> DeviceBudgetManager:  # noqa: ANN001
         )
     device = torch.device(runner.device)
     graphs = engine_graphs(vllm_config, device)
-    key = profile_key(vllm_config, device, graphs, settings.dynamic)
-    key["model_runner"] = "v2"
     q, k = graphs.draft_tokens_per_request, graphs.num_spec_tokens
-    draft_runs = _DraftRuns(runner, q)
-
-    def measure():  # noqa: ANN202
-        with dummy_runs_on_free_slots(runner):
-            return measure_engine_profiles(
-                lambda n: time_target_forward(runner, n, runner.speculator, "propose"),
-                draft_runs,
-                graphs.target.buckets,
-                graphs.draft.buckets,
-                settings.dynamic,
-                device,
-                key,
-                interleave_draft=False,
-            )
-
-    profiles = engine_profiles(settings.dynamic, key, measure)
-    controller = BudgetController(
-        profiles.draft,
-        controller_target_profile(profiles, graphs),
-        max_drafts=k,
-        draft_tokens_per_request=q,
-        mode="sync",
+    profiles, controller = engine_controller(
+        runner,
+        settings.dynamic,
+        graphs,
+        lambda n: time_target_forward(runner, n, runner.speculator, "propose"),
+        _DraftRuns(runner, q),
         backend=settings.backend,
+        model_runner="v2",
+        interleave_draft=False,
+        measuring=lambda: dummy_runs_on_free_slots(runner),
     )
     verifier = DynamicVerifier(
         controller, graphs, backend=settings.backend, probe_interval=settings.dynamic.probe_interval
