@@ -52,7 +52,7 @@ import numpy as np
 import torch
 
 from ascend_spec.ops import allocate_verify_budget, survival_probs
-from ascend_spec.vllm.dynamic import DynamicVerifier, StagedSurvivals, SurvivalStager
+from ascend_spec.vllm.dynamic import DynamicVerifier, StagedSurvivals, SurvivalStager, trim_draft_token_ids
 from ascend_spec.vllm.v2.estimate_wiring import V2EstimateRows
 
 #: Staged runs kept for planning (the stager's ring has one slot more, so a kept slot is never overwritten).
@@ -242,13 +242,7 @@ class DeviceBudgetManager:
             else:  # rows matched by request id; a request the run did not score gets no drafts
                 of = dict(zip(staged.req_ids, planned))
                 lengths = [of.get(r, 0) for r in req_ids]
-        rows = draft.draft_token_ids
-        if len(rows) != len(req_ids):
-            raise RuntimeError(
-                f"ascend-spec: the drafter's DraftTokenIds holds {len(rows)} draft lists for {len(req_ids)} "
-                "request ids"
-            )
-        return type(draft)(req_ids, [list(row[:n]) for row, n in zip(rows, lengths)])
+        return trim_draft_token_ids(draft, lengths)
 
     # -- host side ---------------------------------------------------------------------------------------
     def _plan_total(self, req_ids: list[str], scheduled: np.ndarray, limit: int) -> int:
