@@ -350,9 +350,15 @@ FILES = {
         from vllm_ascend.spec_decode.eagle_proposer import AscendEagleProposer
 
 
+        class _InputBatch:  # the real runner's persistent batch: the requests of the step, in row order
+            def __init__(self):
+                self.req_ids = []
+
+
         class NPUModelRunner(GPUModelRunner):
             def __init__(self, vllm_config, device):
                 super().__init__(vllm_config, device)
+                self.input_batch = _InputBatch()
                 self._set_up_drafter()
 
             def _set_up_drafter(self):
@@ -373,7 +379,7 @@ FILES = {
                 return self.use_aclgraph
 
             def take_draft_token_ids(self):
-                out = DraftTokenIds(req_ids=list(self.req_ids), draft_token_ids=self.last_draft_token_ids.tolist())
+                out = DraftTokenIds(req_ids=list(self.input_batch.req_ids), draft_token_ids=self.last_draft_token_ids.tolist())
                 dynamic_spec = getattr(self.drafter, "dynamic_spec", None)
                 if dynamic_spec is None or dynamic_spec.num_verify_tokens is None:
                     return out

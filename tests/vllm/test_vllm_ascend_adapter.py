@@ -158,7 +158,10 @@ def _vllm_config(
         additional_config=additional,
         speculative_config=SimpleNamespace(method=method, num_speculative_tokens=k, enforce_eager=False),
         scheduler_config=SimpleNamespace(max_num_seqs=8, async_scheduling=False),
-        model_config=SimpleNamespace(is_hybrid=False),
+        model_config=SimpleNamespace(
+            is_hybrid=False, enforce_eager=not aclgraph, model="tiny-target", dtype=torch.float32
+        ),
+        parallel_config=SimpleNamespace(tensor_parallel_size=1),
         compilation_config=SimpleNamespace(cudagraph_capture_sizes=list(capture_sizes)),
         use_aclgraph=aclgraph,
     )
@@ -168,6 +171,16 @@ def _runner(config: SimpleNamespace):
     from vllm_ascend.worker.model_runner_v1 import NPUModelRunner
 
     return NPUModelRunner(config, torch.device("cpu"))
+
+
+def _planned_runner(config: SimpleNamespace):
+    """A runner past its first real step: the verify scheduler has the planner built from the profile file."""
+    from ascend_spec.vllm.ascend.dynamic import build_planner
+
+    runner = _runner(config)
+    assert runner.drafter.dynamic_spec.planner is None  # none before the engine's first step
+    runner.drafter.dynamic_spec.planner = build_planner(runner)
+    return runner
 
 
 def _resolve(target: str) -> object:
@@ -330,11 +343,12 @@ def test_scheduler_lengths_are_allocate_verify_budgets_on_the_drafters_survival(
         method, adapter={"dynamic_verify": True, "controller_mode": "sync", "profile": str(profile)}
     )
     config.additional_config["ascend_spec"]["backend"] = backend
-    runner = _runner(config)
+    runner = _planned_runner(config)
     k = runner.speculative_config.num_speculative_tokens
     next_ids = torch.tensor([2, 7, 4, 9])  # even: peaked drafts, odd: flat
+    runner.input_batch.req_ids = ["a", "b", "c", "d"]
     drafts = _propose(runner, next_ids)
-    runner.req_ids, runner.last_draft_token_ids = ["a", "b", "c", "d"], drafts
+    runner.last_draft_token_ids = drafts
 
     survival = _oracle_survival(runner, next_ids, method)
     planner = runner.drafter.dynamic_spec.planner
@@ -351,6 +365,8 @@ def test_scheduler_lengths_are_allocate_verify_budgets_on_the_drafters_survival(
     cut = runner.take_draft_token_ids()
     assert [len(d) for d in cut.draft_token_ids] == expected.tolist()
     assert cut.draft_token_ids == [drafts[i, :n].tolist() for i, n in enumerate(expected.tolist())]
+    # The same lengths, by request, for the async hand-over to vLLM's scheduler.
+    assert runner.drafter.dynamic_spec.published.by_request() == dict(zip("abcd", expected.tolist()))
     if method == "dflash":  # peaked requests verify their whole block, flat ones none: ragged in one batch
         assert expected.tolist() == [k, 0, k, 0]
     assert runner.drafter.dynamic_spec.host_copies == 1
@@ -361,7 +377,9 @@ def test_async_controller_one_host_copy_per_step(
 ) -> None:
     fake_tree()
     profile = _profile(tmp_path / "profile.json")
-    runner = _runner(_vllm_config("dflash", adapter={"dynamic_verify": True, "profile": str(profile)}))
+    runner = _planned_runner(
+        _vllm_config("dflash", adapter={"dynamic_verify": True, "profile": str(profile)})
+    )
     spec = runner.drafter.dynamic_spec
     next_ids = torch.tensor([2, 7, 4, 9])
     for step in range(1, 4):
@@ -391,7 +409,7 @@ def test_a_step_with_fewer_drafts_never_verifies_the_missing_positions(
     config = _vllm_config(
         "dflash", adapter={"dynamic_verify": True, "controller_mode": "sync", "profile": str(profile)}
     )
-    runner = _runner(config)
+    runner = _planned_runner(config)
     spec = runner.drafter.dynamic_spec
     next_ids = torch.tensor([2, 4, 6, 8])  # all peaked: a full block would be verified at K = 4
     with torch.inference_mode():
