@@ -190,9 +190,12 @@ def test_npu_runner_overrides_what_the_core_dynamic_hooks_wrap_so_the_adapter_pl
                                    device_config=SimpleNamespace(device_type="npu"))
 
         new = parse_config({"ascend_spec": {"dynamic": {"mode": "sync"}}})
-        for name, (method, sched) in {"ngram": ("ngram", False), "sync_async": ("dflash", True)}.items():
+        by_mode = {"sync": new, "async": parse_config({"ascend_spec": {"dynamic": {"mode": "async"}}})}
+        cases = {"ngram": ("ngram", False, "sync"), "ngram_async": ("ngram", True, "async"),
+                 "sync_async": ("dflash", True, "sync"), "eagle": ("eagle3", False, "sync")}
+        for name, (method, sched, mode) in cases.items():
             try:
-                check_npu_dynamic_engine(engine(method, sched), new)
+                check_npu_dynamic_engine(engine(method, sched), by_mode[mode])
                 out["refusals"][name] = None
             except ValueError as exc:
                 out["refusals"][name] = str(exc)
@@ -204,7 +207,9 @@ def test_npu_runner_overrides_what_the_core_dynamic_hooks_wrap_so_the_adapter_pl
         EMULATED,
     )
     assert len(out["overridden"]) == 9, out["overridden"]
-    assert "plans the drafters dflash, dspark" in out["refusals"]["ngram"]
+    assert out["refusals"]["ngram"] is None  # ngram's host drafts, planned on the acceptance estimate
+    assert "only under sync scheduling" in out["refusals"]["ngram_async"]
+    assert "dflash, dspark, ngram" in out["refusals"]["eagle"]
     assert "mode 'sync'" in out["refusals"]["sync_async"]
     assert out["old"] == [True, "talk_ascend910b", "sync"]  # the deprecated switch maps onto 'dynamic'
     assert out["new_mode"] == "sync"
