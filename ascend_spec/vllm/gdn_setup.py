@@ -32,19 +32,24 @@ def register_gdn_layer(*, npu: bool = False) -> None:
     _gdn_registered = True
 
 
-def check_gdn_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
+def check_gdn_engine(vllm_config, settings: AscendSpecConfig, *, align: str | None = None) -> None:  # noqa: ANN001
     """Engine settings ragged GDN verification needs, refused with the setting to change. Async scheduling is
     served on Model Runner V1 (the flush gathers the accepted counts on the device, in stream order); Model
-    Runner V2 refuses it in its own runner check."""
+    Runner V2 refuses it in its own runner check. Prefix caching (``mamba_cache_mode='align'``) is served where
+    the runner moves the state between cache blocks with the plugin (``align``: None), else refused with the
+    reason ``align`` gives."""
     if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
         return
     if vllm_config.speculative_config is None:
         return
-    if vllm_config.cache_config.mamba_cache_mode != "none":
-        raise ValueError(
-            "additional_config['ascend_spec']['gdn_verify'] needs mamba_cache_mode='none' "
-            f"(enable_prefix_caching=False); got {vllm_config.cache_config.mamba_cache_mode!r}"
-        )
+    mode = vllm_config.cache_config.mamba_cache_mode
+    if mode == "none" or (mode == "align" and align is None):
+        return
+    reason = align if mode == "align" else "the plugin serves 'none' and 'align'"
+    raise ValueError(
+        f"additional_config['ascend_spec']['gdn_verify'] with mamba_cache_mode={mode!r}: {reason}; turn prefix "
+        "caching off (enable_prefix_caching=False) or set 'gdn_verify': false"
+    )
 
 
 def gdn_layers(runner) -> list:  # noqa: ANN001
@@ -65,20 +70,26 @@ def gdn_layers(runner) -> list:  # noqa: ANN001
 
 
 def mamba_groups(runner, layers: list) -> list[tuple[int, list]]:  # noqa: ANN001
+    """``(group index, its layers)`` for every KV-cache group of mamba (GDN) state that holds some of ``layers``
+    (:func:`layer_groups`), found once per runner, then kept."""
+    cached = runner.__dict__.get("_ascend_spec_gdn_groups")
+    if cached is None:
+        cached = runner._ascend_spec_gdn_groups = layer_groups(runner.kv_cache_config, layers)
+    return cached
+
+
+def layer_groups(kv_cache_config, layers: list) -> list[tuple[int, list]]:  # noqa: ANN001
     """``(group index, its layers)`` for every KV-cache group of mamba (GDN) state that holds some of ``layers``.
 
     Each group has its own block table, so one request's state slot differs from group to group (vLLM splits a
     model's GDN layers into groups of the attention groups' size: a 3:1 Qwen3.5 has three of them): a layer's
-    slot must be read from its own group's table. Found once per runner, then kept.
+    slot must be read from its own group's table.
     """
-    cached = runner.__dict__.get("_ascend_spec_gdn_groups")
-    if cached is not None:
-        return cached
     from vllm.v1.kv_cache_interface import MambaSpec
 
     by_name = {layer.prefix: layer for layer in layers}
     groups = []
-    for i, group in enumerate(runner.kv_cache_config.kv_cache_groups):
+    for i, group in enumerate(kv_cache_config.kv_cache_groups):
         if isinstance(group.kv_cache_spec, MambaSpec):
             members = [by_name.pop(name) for name in group.layer_names if name in by_name]
             if members:
@@ -88,7 +99,6 @@ def mamba_groups(runner, layers: list) -> list[tuple[int, list]]:  # noqa: ANN00
             f"ascend-spec: GDN layers {sorted(by_name)} are in no KV-cache group of mamba state; their pending "
             "records could not be committed to their state slots"
         )
-    runner._ascend_spec_gdn_groups = groups
     return groups
 
 

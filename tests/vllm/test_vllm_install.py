@@ -251,7 +251,33 @@ def test_v2_gdn_verification_is_served_under_async_scheduling() -> None:
     check_v2_engine(engine(False), settings)
     with pytest.raises(ValueError) as refused:
         check_v2_engine(engine(True, "align"), settings)
-    assert "\n" not in str(refused.value) and "mamba_cache_mode='none'" in str(refused.value)
+    assert "\n" not in str(refused.value) and "mamba_cache_mode='align'" in str(refused.value)
+    assert "Model Runner V1 only" in str(refused.value)
+
+
+def test_gdn_verification_with_prefix_caching_is_served_where_the_runner_moves_align_states() -> None:
+    """V1 (align: None) takes mamba_cache_mode 'align'; a runner that does not move align states, and any other
+    mode, is refused in one line naming the mode."""
+    from types import SimpleNamespace
+
+    from ascend_spec.vllm.config import parse_config
+    from ascend_spec.vllm.gdn_setup import check_gdn_engine
+
+    def engine(mode: str) -> SimpleNamespace:
+        return SimpleNamespace(
+            model_config=SimpleNamespace(is_hybrid=True),
+            speculative_config=SimpleNamespace(method="ngram"),
+            cache_config=SimpleNamespace(mamba_cache_mode=mode),
+        )
+
+    settings = parse_config({"ascend_spec": {}})
+    check_gdn_engine(engine("align"), settings)
+    check_gdn_engine(engine("none"), settings, align="not here")
+    for mode, align, words in [("align", "not on this runner", "not on this runner"), ("all", None, "'all'")]:
+        with pytest.raises(ValueError) as refused:
+            check_gdn_engine(engine(mode), settings, align=align)
+        assert "\n" not in str(refused.value) and words in str(refused.value)
+    check_gdn_engine(engine("all"), parse_config({"ascend_spec": {"gdn_verify": False}}))  # not verifying
 
 
 def test_release_table_names_each_v2_release_and_its_shims() -> None:

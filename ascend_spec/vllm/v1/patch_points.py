@@ -72,6 +72,23 @@ V1_POINTS: tuple[PatchPoint, ...] = (
         remove_when="the GDN verify lands in vLLM with its own request-lifecycle hook",
     ),
     PatchPoint(
+        name="gdn_align_moves",
+        target="vllm.v1.worker.mamba_utils.preprocess_mamba; GPUModelRunner._update_states_after_model_execute "
+        "and _get_mamba_bufs (per runner instance)",
+        what="with prefix caching (mamba_cache_mode 'align'): before the forward, a request whose running block "
+        "changes commits its records in the old block's slot and copies the committed state to the new one; "
+        "after sampling, a request whose accepted tokens reach a block boundary gets that boundary's state in the "
+        "boundary block's slot, committed from the records up to the boundary (inside an accepted draft or not); "
+        "the mamba buffers are built without vLLM's fused align kernels",
+        why="vLLM's align mode picks one of 1+K per-token states (postprocess_mamba_align_gpu, Triton only, no CPU "
+        "implementation); the plugin keeps one state and records, so the boundary state exists only once the "
+        "records are committed up to it",
+        how="module function replaced once (any runner without plugin GDN layers gets vLLM's), instance "
+        "attributes on an enabled runner in align mode (ascend_spec/vllm/v1/gdn_align.py); one host read of the "
+        "accepted counts a step",
+        remove_when="vLLM's align mode takes a ragged one-slot GDN verify (upstream #56466 on #49887)",
+    ),
+    PatchPoint(
         name="dflash_proposer",
         target="vllm.v1.worker.gpu_model_runner.DFlashProposer (module global, during __init__ only)",
         what="DFlash block inputs (ids, positions, paged slots of block and context) from prepare_block_slots",

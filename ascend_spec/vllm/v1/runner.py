@@ -75,6 +75,13 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         self.ascend_spec = settings
         self.ascend_spec_release = release
         _install_runner_hooks(self)
+        if (
+            _verifies_gdn_drafts(vllm_config, settings)
+            and vllm_config.cache_config.mamba_cache_mode == "align"
+        ):
+            from ascend_spec.vllm.v1.gdn_align import install_align_hooks
+
+            install_align_hooks(self)
         if npu:  # vllm-ascend samples and drafts with its own kernels: the CPU engine's repairs do not apply
             if settings.dynamic.enabled:
                 from ascend_spec.vllm.ascend.dynamic import install_npu_dynamic
@@ -120,7 +127,11 @@ def _check_engine(vllm_config, settings: AscendSpecConfig, *, npu: bool = False)
             "synchronous scheduling in this release (not tested with its async scheduling); start the engine with "
             "async_scheduling=False (--no-async-scheduling) or set 'gdn_verify': false"
         )
-    check_gdn_engine(vllm_config, settings)
+    check_gdn_engine(vllm_config, settings, align=NPU_ALIGN if npu else None)
+
+
+#: Why vllm-ascend's runner refuses GDN verification with prefix caching.
+NPU_ALIGN = "the plugin moves align-mode GDN states on vLLM's own Model Runner V1 only, not on NPUModelRunner"
 
 
 def _verifies_gdn_drafts(vllm_config, settings: AscendSpecConfig) -> bool:  # noqa: ANN001
@@ -189,12 +200,18 @@ def _flush_leaving_requests(runner, scheduler_output, *, plain_decodes: bool = F
         # vLLM's speculative GDN rows are the scheduled decodes of exactly 1 + len(drafts) tokens
         return plain_decodes and (rid not in drafts or scheduled[rid] != len(drafts[rid]) + 1)
 
-    rows = [row for rid, row in batch.req_id_to_index.items() if leaves_or_runs_plain(rid)]
+    leaving = [(rid, row) for rid, row in batch.req_id_to_index.items() if leaves_or_runs_plain(rid)]
+    # The running state's block column: 0 without prefix caching; with it (align mode) the block of the
+    # request's last scheduled token, where its records are (:mod:`ascend_spec.vllm.v1.gdn_align`).
+    align = runner.cache_config.mamba_cache_mode == "align"
+    columns = [runner.mamba_state_idx.get(rid, -1) if align else 0 for rid, _ in leaving]
+    rows = [row for (_, row), col in zip(leaving, columns) if col >= 0]
+    columns = [col for col in columns if col >= 0]
     if not rows:
         return
     accepted = _accepted_counts(runner, rows)
     for gid, group_layers in mamba_groups(runner, layers):  # each group's layers at that group's state slots
-        slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, 0].copy())
+        slots = torch.from_numpy(batch.block_table[gid].block_table.np[rows, columns].copy())
         flush_slots(group_layers, slots, accepted)
 
 

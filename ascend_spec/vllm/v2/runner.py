@@ -74,13 +74,17 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
     return __init__
 
 
+#: Why V2 refuses GDN verification with prefix caching (the plugin's align-mode state moves are V1's).
+V2_ALIGN = "the plugin moves align-mode GDN states on Model Runner V1 only"
+
+
 def check_v2_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
     """What the V2 hooks of this release serve, refused in one line with the setting to change."""
     if settings.dynamic.enabled:
         from ascend_spec.vllm.v2.dynamic_hooks import check_v2_dynamic_engine
 
         check_v2_dynamic_engine(vllm_config, settings)
-    check_gdn_engine(vllm_config, settings)
+    check_gdn_engine(vllm_config, settings, align=V2_ALIGN)
 
 
 def _use_block_slots(runner, settings: AscendSpecConfig) -> None:  # noqa: ANN001

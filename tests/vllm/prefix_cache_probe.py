@@ -1,0 +1,157 @@
+"""One engine with prefix caching (in a child process) decoding rounds of requests, one round after the other.
+
+A later round's prompts extend an earlier round's prompts and outputs, so their prefix hits blocks that filled
+while the earlier round decoded. A round gives its prompts (``{"prompts": [...]}``) or extends the previous
+round's prompts by ``keep`` of their output tokens and a tail each (``{"keep": n, "tails": [...]}``). Records per
+round the prompts, the tokens, each request's cached prompt tokens and, with ``logprobs``, the top-2 raw logits
+per position; and the plugin's align-mode counters (``AlignStats``) where the runner has them.
+Run as ``python prefix_cache_probe.py request.json result.json`` (tests/vllm/test_vllm_prefix_caching.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def _align_stats(worker) -> dict | None:  # noqa: ANN001 - runs inside the worker
+    stats = getattr(worker.model_runner, "ascend_spec_align", None)
+    return dataclasses.asdict(stats) if stats is not None else None
+
+
+def _record_hit_states(hits: dict) -> None:
+    """Wrap vLLM's ``preprocess_mamba`` and the plugin's (which replaces it on an enabled runner): before a request
+    that starts from a cached block runs, keep that block's GDN states (conv, recurrent: every layer of the first
+    mamba group), keyed by the request's first prompt tokens (saved next to the result as ``.pt``)."""
+    from vllm.v1.worker import mamba_utils
+
+    from ascend_spec.vllm.v1 import gdn_align
+
+    mamba_utils.preprocess_mamba = _recording(mamba_utils.preprocess_mamba, hits)
+    gdn_align.preprocess_mamba = _recording(gdn_align.preprocess_mamba, hits)
+
+
+def _record_boundary_states(boundaries: dict) -> None:
+    """Wrap the plugin's align-mode write after sampling: the first boundary state each request gets (the round's
+    decode crossing its first block), read from the boundary block's slot right after the write (every layer of
+    the first mamba group), with whether the boundary fell at an accepted draft token."""
+    import torch
+
+    from ascend_spec.vllm.v1 import gdn_align
+
+    inner = gdn_align.postprocess_align
+
+    def postprocess_align(runner, scheduler_output, num_reqs):  # noqa: ANN001, ANN202
+        written = inner(runner, scheduler_output, num_reqs)
+        gid = runner._get_mamba_bufs().preprocess.mamba_group_ids[0]
+        names = runner.kv_cache_config.kv_cache_groups[gid].layer_names
+        context = runner.compilation_config.static_forward_context
+        for w in written:
+            key = _key(runner.requests[w.req_id].prompt_token_ids)
+            if key in boundaries:
+                continue
+            slot = int(runner.input_batch.block_table[gid].block_table.np[w.row, w.column])
+            states = [[t[slot].to(torch.float64).clone() for t in context[n].kv_cache[:2]] for n in names]
+            boundaries[key] = {"inside_draft": w.inside_draft, "states": states}
+        return written
+
+    gdn_align.postprocess_align = postprocess_align
+
+
+def _key(prompt_token_ids: list[int]) -> str:
+    return ",".join(map(str, prompt_token_ids[:8]))
+
+
+def _recording(inner, hits: dict):  # noqa: ANN001, ANN202
+    import torch
+
+    def preprocess_mamba(
+        scheduler_output,
+        kv_cache_config,
+        cache_config,
+        mamba_state_idx,
+        input_batch,
+        requests,
+        forward_context,
+        *args,
+        **kwargs,
+    ):  # noqa: ANN001, ANN202
+        copy_bufs = args[1] if len(args) > 1 else kwargs["copy_bufs"]
+        block_size = copy_bufs.mamba_spec.block_size
+        gid = copy_bufs.mamba_group_ids[0]
+        names = kv_cache_config.kv_cache_groups[gid].layer_names
+        for row, req_id in enumerate(input_batch.req_ids):
+            computed = requests[req_id].num_computed_tokens
+            if req_id in mamba_state_idx or computed < block_size:
+                continue
+            block = int(input_batch.block_table[gid].block_table.np[row, (computed - 1) // block_size])
+            key = _key(requests[req_id].prompt_token_ids)
+            hits[key] = [
+                [t[block].to(torch.float64).clone() for t in forward_context[n].kv_cache[:2]] for n in names
+            ]
+        return inner(
+            scheduler_output,
+            kv_cache_config,
+            cache_config,
+            mamba_state_idx,
+            input_batch,
+            requests,
+            forward_context,
+            *args,
+            **kwargs,
+        )
+
+    return preprocess_mamba
+
+
+def main(request: str, result: str) -> None:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm.inputs import TokensPrompt
+
+    from ascend_spec.e2e.engine import EngineSpec, _top2, engine_sampling, shutdown_engine, start_engine
+
+    data = json.loads(Path(request).read_text())
+    hits: dict = {}
+    boundaries: dict = {}
+    _record_hit_states(hits)
+    _record_boundary_states(boundaries)
+    spec = data["spec"]
+    spec["target"] = Path(spec["target"])
+    llm = start_engine(EngineSpec(**spec), data["rounds"][0]["prompts"][:1], warmup=False)
+    out: dict = {
+        "rounds": [],
+        "align": None,
+        "block_size": llm.llm_engine.vllm_config.cache_config.block_size,
+    }
+    try:
+        prompts: list[list[int]] = []
+        tokens: list[list[int]] = []
+        for round_ in data["rounds"]:
+            if "prompts" in round_:
+                prompts = round_["prompts"]
+            else:
+                keep = round_["keep"]
+                prompts = [p + t[:keep] + tail for p, t, tail in zip(prompts, tokens, round_["tails"])]
+            sampling = engine_sampling(
+                [data["max_tokens"]] * len(prompts), logprobs=data.get("logprobs", False)
+            )
+            outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sampling, use_tqdm=False)
+            tokens = [list(o.outputs[0].token_ids) for o in outs]
+            top2 = [[_top2(lp) for lp in o.outputs[0].logprobs] for o in outs] if data.get("logprobs") else []
+            cached = [o.num_cached_tokens for o in outs]
+            out["rounds"].append({"prompts": prompts, "tokens": tokens, "cached": cached, "top2": top2})
+        out["align"] = llm.collective_rpc(_align_stats)[0]
+    finally:
+        shutdown_engine(llm)
+    Path(result).write_text(json.dumps(out))
+    import torch
+
+    # The cached blocks' states a request started from, and the boundary states the plugin wrote, by request.
+    torch.save({"hits": hits, "boundaries": boundaries}, Path(result).with_suffix(".pt"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
