@@ -192,9 +192,11 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
     # ------------------------------------------------------------------------------------------- protocol
 
     def _pending(self, slots: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor:
-        """Accepted tokens of each slot's last verify call where the slot holds its records, else 0."""
-        recorded = self.records.num_recorded.index_select(0, slots.long())
-        return torch.where(recorded > 0, accepted.to(torch.int32), 0).to(torch.int32)
+        """Accepted tokens of each slot's last verify call where the slot holds its records, else 0 (and for
+        padding slots, -1)."""
+        slots = slots.long()
+        recorded = self.records.num_recorded.index_select(0, slots.clamp(min=0))
+        return torch.where((slots >= 0) & (recorded > 0), accepted.to(torch.int32), 0).to(torch.int32)
 
     def _drop_records(self, slots: torch.Tensor | None) -> None:
         """A prefill wrote a fresh committed state into these slots: nothing of an older call may replay."""
@@ -212,6 +214,21 @@ class AscendSpecGDNAttention(QwenGatedDeltaNetAttention):
             return
         self.records.num_recorded.zero_()
         self.conv_records.num_recorded.zero_()
+
+    def copy_slots(self, src: torch.Tensor, dst: torch.Tensor, *, records: bool) -> None:
+        """Copy the committed recurrent and conv states of slots ``src`` into ``dst`` (one each a row) and, with
+        ``records``, their verify records; without, ``dst`` holds no records (nothing of an older call replays).
+        Prefix caching moves a request's state between cache blocks so (:mod:`ascend_spec.vllm.gdn_align_moves`)."""
+        src, dst = src.long(), dst.long()
+        for pool in (self._ssm_pool(), self._conv_pool()):
+            pool.index_copy_(0, dst, pool.index_select(0, src))
+        if self.records is None:
+            return
+        if records:
+            for t in (*self.records.tensors(), *self.conv_records.tensors()):
+                t.index_copy_(0, dst, t.index_select(0, src))
+        else:
+            self._drop_records(dst)
 
     def flush(self, slots: torch.Tensor, accepted: torch.Tensor) -> None:
         """Commit the pending records of requests leaving the batch (finished, preempted, unscheduled)."""

@@ -76,6 +76,10 @@ class V2Shims:
     # model_runner.py:1436-1440) or with a fourth item, the admitted counts copied to the host for a batch
     # sharder, None otherwise (0.33.0, model_runner.py:1471-1477): the plugin's manager answers in the same shape.
     reallocate_returns_admitted_counts: bool = False
+    # Prefix caching with GDN verification (v2_gdn_align_moves): the plugin replaces the hybrid model state's
+    # preprocess_state / postprocess_state (0.32.0, model_states/mamba_hybrid.py:184-420); only where those were
+    # run against the plugin's moves.
+    gdn_align_moves: bool = True
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,11 @@ V2_RELEASES: dict[str, VllmRelease] = {
         checked="not run (torch 2.14 CPU wheels unreachable): every V2 target of vllm 0.33.0's wheel read "
         "against 0.32.0's (scripts/compare_vllm_releases.py --runner v2; docs/vllm.md)",
         # its reallocate_drafts returns a fourth item (dynamic verification's manager answers with None)
-        v2_shims=V2Shims(dflash_inputs_from_block_slots=False, reallocate_returns_admitted_counts=True),
+        v2_shims=V2Shims(
+            dflash_inputs_from_block_slots=False,
+            reallocate_returns_admitted_counts=True,
+            gdn_align_moves=False,
+        ),
     ),
     "0.34.0": VllmRelease(
         "0.34.0",
@@ -139,7 +147,10 @@ V2_RELEASES: dict[str, VllmRelease] = {
         "device is lent",
         # its reallocate_drafts returns a fourth item, as 0.33.0's (model_runner.py:1547)
         v2_shims=V2Shims(
-            dflash_inputs_from_block_slots=False, v2_only=True, reallocate_returns_admitted_counts=True
+            dflash_inputs_from_block_slots=False,
+            v2_only=True,
+            reallocate_returns_admitted_counts=True,
+            gdn_align_moves=False,
         ),
     ),
 }

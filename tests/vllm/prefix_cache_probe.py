@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 
 
-def _align_stats(worker) -> dict | None:  # noqa: ANN001 - runs inside the worker
+def _align_stats(worker) -> tuple[dict | None, str]:  # noqa: ANN001 - runs inside the worker
+    """The plugin's align-mode counters, and the runner's module (which runner decoded)."""
     stats = getattr(worker.model_runner, "ascend_spec_align", None)
-    return dataclasses.asdict(stats) if stats is not None else None
+    return (dataclasses.asdict(stats) if stats is not None else None), type(worker.model_runner).__module__
 
 
 def _record_hit_states(hits: dict) -> None:
@@ -32,6 +33,47 @@ def _record_hit_states(hits: dict) -> None:
 
     mamba_utils.preprocess_mamba = _recording(mamba_utils.preprocess_mamba, hits)
     gdn_align.preprocess_mamba = _recording(gdn_align.preprocess_mamba, hits)
+    _record_v2_hit_states(hits)
+
+
+def _record_v2_hit_states(hits: dict) -> None:
+    """The same on Model Runner V2, around the plugin's ``preprocess_state`` (a request's first step)."""
+    import torch
+
+    from ascend_spec.vllm.v2 import gdn_align
+
+    inner = gdn_align.preprocess_state
+    seen: set[str] = set()
+
+    def preprocess_state(runner, input_batch, kv_cache_config, num_computed_tokens):  # noqa: ANN001, ANN202
+        gid, bs = _v2_group(runner)
+        for i, req_id in enumerate(input_batch.req_ids[: input_batch.num_reqs]):
+            if req_id in seen:
+                continue
+            seen.add(req_id)
+            idx = int(input_batch.idx_mapping_np[i])
+            computed = int(num_computed_tokens[idx])
+            if computed >= bs:
+                slot = int(runner.block_tables.block_tables[gid].gpu[idx, (computed - 1) // bs])
+                hits[_v2_key(runner, idx)] = _states(runner, gid, slot, torch)
+        return inner(runner, input_batch, kv_cache_config, num_computed_tokens)
+
+    gdn_align.preprocess_state = preprocess_state
+
+
+def _v2_group(runner) -> tuple[int, int]:  # noqa: ANN001
+    group_ids, spec = runner.model_state._get_mamba_group_info(runner.kv_cache_config)
+    return group_ids[0], spec.block_size
+
+
+def _v2_key(runner, idx: int) -> str:  # noqa: ANN001
+    return _key(runner.req_states.all_token_ids.gpu[idx, :8].tolist())
+
+
+def _states(runner, gid: int, slot: int, torch) -> list:  # noqa: ANN001
+    names = runner.kv_cache_config.kv_cache_groups[gid].layer_names
+    context = runner.compilation_config.static_forward_context
+    return [[t[slot].to(torch.float64).clone() for t in context[n].kv_cache[:2]] for n in names]
 
 
 def _record_boundary_states(boundaries: dict) -> None:
@@ -59,6 +101,25 @@ def _record_boundary_states(boundaries: dict) -> None:
         return written
 
     gdn_align.postprocess_align = postprocess_align
+
+    from ascend_spec.vllm.v2 import gdn_align as v2_align
+
+    inner_v2 = v2_align.postprocess_align
+
+    def postprocess_align_v2(runner, idx_mapping, num_computed_tokens):  # noqa: ANN001, ANN202
+        written = inner_v2(runner, idx_mapping, num_computed_tokens)
+        gid, _ = _v2_group(runner)
+        for w in written:
+            key = _v2_key(runner, w.row)
+            if key not in boundaries:
+                slot = int(runner.block_tables.block_tables[gid].gpu[w.row, w.column])
+                boundaries[key] = {
+                    "inside_draft": w.inside_draft,
+                    "states": _states(runner, gid, slot, torch),
+                }
+        return written
+
+    v2_align.postprocess_align = postprocess_align_v2
 
 
 def _key(prompt_token_ids: list[int]) -> str:
@@ -114,6 +175,9 @@ def main(request: str, result: str) -> None:
     from ascend_spec.e2e.engine import EngineSpec, _top2, engine_sampling, shutdown_engine, start_engine
 
     data = json.loads(Path(request).read_text())
+    from ascend_spec.e2e.cpu_v2 import select_model_runner
+
+    select_model_runner(data["spec"].get("runner", "v1"))  # before vLLM is imported (Model Runner V2: Triton)
     hits: dict = {}
     boundaries: dict = {}
     _record_hit_states(hits)
@@ -143,7 +207,7 @@ def main(request: str, result: str) -> None:
             top2 = [[_top2(lp) for lp in o.outputs[0].logprobs] for o in outs] if data.get("logprobs") else []
             cached = [o.num_cached_tokens for o in outs]
             out["rounds"].append({"prompts": prompts, "tokens": tokens, "cached": cached, "top2": top2})
-        out["align"] = llm.collective_rpc(_align_stats)[0]
+        out["align"], out["runner_module"] = llm.collective_rpc(_align_stats)[0]
     finally:
         shutdown_engine(llm)
     Path(result).write_text(json.dumps(out))

@@ -84,6 +84,7 @@ def test_every_patch_point_names_its_runner_and_releases() -> None:
         "v2_runner_init",
         "v2_gdn_layer",
         "v2_gdn_flush",
+        "v2_gdn_align_moves",
         "v2_dflash_inputs",
         "v2_startup_log",
         "v2_dynamic_manager",

@@ -1,5 +1,5 @@
-"""Prefix caching (mamba_cache_mode 'align') with ragged GDN verification on Model Runner V1, against plain
-decoding with prefix caching on.
+"""Prefix caching (mamba_cache_mode 'align') with ragged GDN verification on Model Runner V1 and V2 (the CPU
+harness), against plain decoding (V1) with prefix caching on: its tokens and the GDN states it cached.
 
 A first round decodes past the hybrid's first cache block (256 tokens), so the boundary state of that block is
 written while decoding, where the boundary falls inside an accepted draft; a second round's prompts extend the
@@ -111,13 +111,23 @@ def plain_prefix_cached(engine_dir: Path, hybrid_low_entropy) -> dict:  # noqa: 
     return _probe(engine_dir, _spec(hybrid_low_entropy), "plain", rounds, logprobs=True)
 
 
-@pytest.mark.matrix
 @pytest.mark.parametrize(
-    "method,async_scheduling", [("ngram", False), ("mtp", True)], ids=["ngram-sync", "mtp-async"]
+    "method,async_scheduling,runner",
+    [
+        pytest.param("ngram", False, "v1", marks=pytest.mark.matrix, id="ngram-sync"),
+        pytest.param("mtp", True, "v1", marks=pytest.mark.matrix, id="mtp-async"),
+        pytest.param("ngram", False, "v2", id="v2-ngram-sync"),
+        pytest.param("mtp", True, "v2", id="v2-mtp-async"),
+    ],
 )
 def test_gdn_verification_with_prefix_caching_matches_plain(
-    engine_dir: Path, hybrid_low_entropy, plain_prefix_cached: dict, method: str, async_scheduling: bool
-) -> None:  # noqa: ANN001
+    engine_dir: Path,
+    hybrid_low_entropy,  # noqa: ANN001
+    plain_prefix_cached: dict,
+    method: str,
+    async_scheduling: bool,
+    runner: str,
+) -> None:
     """Both rounds equal plain decoding with prefix caching (up to bf16 ties); the second round reuses the blocks
     vLLM's scheduler kept, whose states the plugin wrote while the first round decoded."""
     plain = plain_prefix_cached
@@ -126,9 +136,14 @@ def test_gdn_verification_with_prefix_caching_matches_plain(
         speculative=speculative(method, hybrid_low_entropy),
         plugin=PLUGIN,
         async_scheduling=async_scheduling,
+        runner=runner,
     )
-    ours = _probe(engine_dir, spec, method, [{"prompts": r["prompts"]} for r in plain["rounds"]])
+    ours = _probe(
+        engine_dir, spec, f"{runner}-{method}", [{"prompts": r["prompts"]} for r in plain["rounds"]]
+    )
     assert plain["block_size"] == ours["block_size"] == BLOCK
+    # V1: vllm.v1.worker.cpu_model_runner; V2: vllm.v1.worker.cpu.model_runner (V2's CPU runner)
+    assert (".cpu.model_runner" in ours["runner_module"]) == (runner == "v2"), ours["runner_module"]
     for p, o in zip(plain["rounds"], ours["rounds"]):
         assert_matches_plain(_as_run(p), _as_run(o), allow_ties=True)
     # Plain decoding reuses every first block; the speculative engine the ones vLLM's scheduler kept: it frees a

@@ -1,46 +1,31 @@
 """Prefix caching (``mamba_cache_mode="align"``) with ragged GDN verification on Model Runner V1.
 
-In align mode vLLM keeps one mamba state slot per cache block: the running state lives in the block of the
-request's last scheduled token (``mamba_get_block_table_tensor``), and a block that fills keeps the state at its
-last token, which a later request with the same prefix starts from. vLLM moves the state between blocks itself
-(``preprocess_mamba`` before the forward, ``postprocess_mamba_align_gpu`` after sampling,
-``vllm/v1/worker/mamba_utils.py``), picking one of ``1+K`` speculative states; the plugin keeps one state and
-per-token records instead, so on an enabled runner both moves are the plugin's:
-
-* before the forward (:func:`preprocess_mamba`), a request whose running block changes commits its pending records
-  in the old block's slot and copies the committed state (recurrent and conv) into the new block's slot, which
-  holds no records;
-* after sampling (:func:`postprocess_align`), a request whose accepted tokens reach a block boundary gets that
-  boundary's state in the boundary block's slot: the running slot's committed state and records copied there and
-  committed up to the boundary (the boundary may fall anywhere inside the accepted draft).
-
-vLLM's fused align kernels (``precopy_mamba_align_fused_kernel``, ``postprocess_mamba_fused_kernel``) are Triton
-kernels with no CPU implementation; the enabled runner builds its mamba buffers without them and needs none.
+vLLM moves the state between cache blocks in ``preprocess_mamba`` before the forward and
+``postprocess_mamba_align_gpu`` after sampling (``vllm/v1/worker/mamba_utils.py``); on an enabled runner both are
+the plugin's moves (:mod:`ascend_spec.vllm.gdn_align_moves`), decided here on the host from the scheduler's counts
+and one read of the step's accepted counts. vLLM's fused align kernels (``precopy_mamba_align_fused_kernel``,
+``postprocess_mamba_fused_kernel``) are Triton kernels with no CPU implementation; the enabled runner builds its
+mamba buffers without them and needs none.
 """
 
 from __future__ import annotations
 
 import types
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ascend_spec.vllm.gdn_align_moves import (
+    AlignStats,
+    BoundaryWrite,
+    boundary_reached,
+    move_running_states,
+    write_boundary_states,
+)
 from ascend_spec.vllm.gdn_setup import layer_groups
 
 #: vLLM's ``preprocess_mamba``, kept when the module function is routed through :func:`preprocess_mamba`.
 _vllm_preprocess: Any = None
-
-
-@dataclass
-class AlignStats:
-    """What the align-mode moves did in one runner (``runner.ascend_spec_align``): the boundary states written
-    after sampling, those whose boundary fell at an accepted draft token (after the step's first token), and
-    those that committed only part of the step's records (tokens accepted past the boundary)."""
-
-    boundary_writes: int = 0
-    inside_draft: int = 0
-    partial_commits: int = 0
 
 
 def _verifying_layers(forward_context: dict[str, Any]) -> list:
@@ -51,22 +36,6 @@ def _verifying_layers(forward_context: dict[str, Any]) -> list:
         for layer in forward_context.values()
         if isinstance(layer, AscendSpecGDNAttention) and layer.ascend_spec is not None
     ]
-
-
-def copy_slot(layer, src: torch.Tensor, dst: torch.Tensor, *, records: bool) -> None:  # noqa: ANN001
-    """Copy the committed recurrent and conv states of slots ``src`` into ``dst`` (int64 [N]) and, with
-    ``records``, their verify records; without, ``dst`` holds no records (nothing of an older call replays)."""
-    ssm, conv = layer._ssm_pool(), layer._conv_pool()
-    ssm.index_copy_(0, dst, ssm.index_select(0, src))
-    conv.index_copy_(0, dst, conv.index_select(0, src))
-    if layer.records is None:
-        return
-    if records:
-        for t in (*layer.records.tensors(), layer.conv_records.x, layer.conv_records.num_recorded):
-            t.index_copy_(0, dst, t.index_select(0, src))
-    else:
-        layer.records.num_recorded.index_fill_(0, dst, 0)
-        layer.conv_records.num_recorded.index_fill_(0, dst, 0)
 
 
 def preprocess_mamba(
@@ -130,20 +99,7 @@ def preprocess_mamba(
         accepted = torch.tensor([m[3] for m in moves], dtype=torch.int32)
         device = group_layers[0].kv_cache[1].device
         src, dst, accepted = src.to(device), dst.to(device), accepted.to(device)
-        for layer in group_layers:
-            layer.flush(src, accepted)
-            copy_slot(layer, src, dst, records=False)
-
-
-@dataclass(frozen=True)
-class BoundaryWrite:
-    """One boundary state written after sampling: the request, its batch row, the boundary block's column in
-    the request's block table, and whether the boundary fell at an accepted draft token."""
-
-    req_id: str
-    row: int
-    column: int
-    inside_draft: bool
+        move_running_states(group_layers, src, dst, accepted)
 
 
 def postprocess_align(runner, scheduler_output, num_reqs: int) -> list[BoundaryWrite]:  # noqa: ANN001
@@ -165,19 +121,25 @@ def postprocess_align(runner, scheduler_output, num_reqs: int) -> list[BoundaryW
         if scheduled == 0:
             continue
         running_tokens = computed + scheduled - len(drafts.get(req_id, ()))
-        new_computed = running_tokens + int(accepted[i]) - 1
-        aligned = new_computed // block_size * block_size
-        if aligned < running_tokens:
-            continue
         # Records start at the committed state (``computed`` tokens); a prefill row has none (its slot holds the
         # state after its chunk, which vLLM's align scheduling ends at the boundary).
-        running, boundary = runner.mamba_state_idx[req_id], aligned // block_size - 1
-        writes.append((i, running, boundary, aligned - computed))
-        written.append(BoundaryWrite(req_id, i, boundary, aligned > running_tokens))
+        reached = boundary_reached(
+            committed=computed,
+            running_tokens=running_tokens,
+            accepted=int(accepted[i]),
+            block_size=block_size,
+        )
+        if reached is None:
+            continue
+        running = runner.mamba_state_idx[req_id]
+        writes.append((i, running, reached.column, reached.tokens))
+        written.append(BoundaryWrite(req_id, i, reached.column, reached.inside_draft))
         stats.boundary_writes += 1
-        stats.inside_draft += int(aligned > running_tokens)
-        stats.partial_commits += int(aligned < new_computed)
-        if running == boundary:  # the running slot is the boundary's: every recorded token is committed now
+        stats.inside_draft += int(reached.inside_draft)
+        stats.partial_commits += int(reached.partial)
+        if (
+            running == reached.column
+        ):  # the running slot is the boundary's: every recorded token is committed now
             runner.num_accepted_tokens.gpu[i] = 1
     if not writes:
         return written
@@ -188,11 +150,7 @@ def postprocess_align(runner, scheduler_output, num_reqs: int) -> list[BoundaryW
         tokens = torch.tensor([w[3] for w in writes], dtype=torch.int32)
         device = group_layers[0].kv_cache[1].device
         src, dst, tokens = src.to(device), dst.to(device), tokens.to(device)
-        moved = src != dst
-        for layer in group_layers:
-            if bool(moved.any()):
-                copy_slot(layer, src[moved], dst[moved], records=True)
-            layer.flush(dst, tokens)
+        write_boundary_states(group_layers, src, dst, tokens)
     return written
 
 

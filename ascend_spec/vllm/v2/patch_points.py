@@ -41,11 +41,28 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         why="deferred commit: a slot's state is complete only after its pending records are replayed; V2 has "
         "no persistent batch, so removal from its request states is where a request leaves",
         how="instance attributes wrapping the bound methods; state slots (block_tables, the mamba group's "
-        "column 0) and accepted counts (model_state.num_accepted_tokens_gpu) gathered on the device, one "
+        "column 0, or in align mode the running block's column) and accepted counts (model_state.num_accepted_tokens_gpu) gathered on the device, one "
         "flush_pending per GDN layer per step; finish_requests' requests in one batch",
         remove_when="the GDN verify lands in vLLM with its own request-lifecycle hook",
         runner=V2_RUNNER,
         releases=V2,
+    ),
+    PatchPoint(
+        name="v2_gdn_align_moves",
+        target="MambaHybridModelState.preprocess_state / postprocess_state (V2, per model-state instance)",
+        what="with prefix caching (mamba_cache_mode 'align'): before the forward, the running block's column "
+        "from V2's own counts, a request whose column changes committing its records and continuing from the "
+        "new block's slot; after sampling, the state at each block boundary the accepted tokens reached "
+        "(inside an accepted draft or not) committed from the records into the boundary block's slot",
+        why="V2 moves align-mode states with fused Triton kernels that pick one of 1+K per-token states; the "
+        "plugin keeps one state and records, so the boundary state exists only once the records are committed "
+        "up to it",
+        how="instance attributes on the model state, installed after load_model (ascend_spec/vllm/v2/"
+        "gdn_align.py); V2's postprocess_state still scatters the accepted counts (its fused boundary copy is "
+        "skipped); one read a step for the requests that move",
+        remove_when="vLLM's align mode takes a ragged one-slot GDN verify (upstream #56466 on #49887)",
+        runner=V2_RUNNER,
+        releases=("vLLM 0.32.0",),
     ),
     PatchPoint(
         name="v2_dflash_inputs",

@@ -54,7 +54,7 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         if settings is None:
             original(self, vllm_config, *args, **kwargs)
             return
-        check_v2_engine(vllm_config, settings)
+        check_v2_engine(vllm_config, settings, release)
         # An engine step must not pay the ops' value checks (host syncs): off unless the user sets them.
         os.environ.setdefault("ASCEND_SPEC_CHECKS", "0")
         if settings.gdn_verify:
@@ -74,17 +74,17 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
     return __init__
 
 
-#: Why V2 refuses GDN verification with prefix caching (the plugin's align-mode state moves are V1's).
-V2_ALIGN = "the plugin moves align-mode GDN states on Model Runner V1 only"
+#: Why V2 of a release refuses GDN verification with prefix caching.
+V2_ALIGN = "the plugin's align-mode GDN state moves on Model Runner V2 are run against vLLM 0.32.0's only"
 
 
-def check_v2_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
+def check_v2_engine(vllm_config, settings: AscendSpecConfig, release: VllmRelease) -> None:  # noqa: ANN001
     """What the V2 hooks of this release serve, refused in one line with the setting to change."""
     if settings.dynamic.enabled:
         from ascend_spec.vllm.v2.dynamic_hooks import check_v2_dynamic_engine
 
         check_v2_dynamic_engine(vllm_config, settings)
-    check_gdn_engine(vllm_config, settings, align=V2_ALIGN)
+    check_gdn_engine(vllm_config, settings, align=None if release.v2_shims.gdn_align_moves else V2_ALIGN)
 
 
 def _use_block_slots(runner, settings: AscendSpecConfig) -> None:  # noqa: ANN001
@@ -111,6 +111,10 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
         self.__dict__.pop("_ascend_spec_gdn_groups", None)
         layers = gdn_layers(self)
         self._ascend_spec_gdn_layers = layers  # kept for every step, also when empty (a dense target)
+        if layers and self.speculative_config is not None and self.cache_config.mamba_cache_mode == "align":
+            from ascend_spec.vllm.v2.gdn_align import install_v2_align_hooks
+
+            install_v2_align_hooks(self)
         speculator = getattr(self, "speculator", None)
         logger.info(
             "ascend-spec %s on vLLM %s (Model Runner V2): %d GDN layers verify drafts on one state slot per "
@@ -164,5 +168,15 @@ def flush_leaving_requests(runner, req_ids: Iterable[str]) -> None:  # noqa: ANN
     accepted = accepted_all.index_select(0, rows_t)
     for gid, group_layers in mamba_groups(runner, layers):  # each group's layers at that group's state slots
         table = runner.block_tables.block_tables[gid].gpu
-        flush_slots(group_layers, table.index_select(0, rows_t)[:, 0], accepted)
+        flush_slots(group_layers, _running_slots(runner, table, rows_t), accepted)
     runner._ascend_spec_flushed_requests = runner.__dict__.get("_ascend_spec_flushed_requests", 0) + len(rows)
+
+
+def _running_slots(runner, table: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    """The running state slot of V2 request slots ``rows``: their first block's, or with prefix caching (align
+    mode) the block of their last scheduled token (-1 for a request not scheduled yet: nothing to commit)."""
+    if runner.cache_config.mamba_cache_mode != "align":
+        return table.index_select(0, rows)[:, 0]
+    columns = runner.model_state._mamba_state_idx_gpu.index_select(0, rows).long()
+    slots = table[rows, columns.clamp(min=0)]
+    return torch.where(columns >= 0, slots, torch.full_like(slots, -1))
