@@ -107,6 +107,8 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     ("v2", _V2_HYBRID, "MambaHybridModelState.initialize_kv_cache"),
     ("v2", _V2_HYBRID, "MambaHybridModelState.prepare_attn"),
     ("v2", _V2_HYBRID, "MambaHybridModelState.postprocess_state"),
+    ("v2", _V2_HYBRID, "MambaHybridModelState.preprocess_state"),  # replaced in align mode (v2/gdn_align.py)
+    ("v2", _V2_HYBRID, "MambaHybridModelState._get_mamba_group_info"),
     ("v2", _V2_HYBRID, "_scatter_num_accepted_kernel"),
     ("v2", _V2_HYBRID, "_fill_num_accepted_kernel"),
     # DFlash / DSpark block inputs (v2_dflash_inputs)

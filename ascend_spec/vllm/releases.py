@@ -76,10 +76,6 @@ class V2Shims:
     # model_runner.py:1436-1440) or with a fourth item, the admitted counts copied to the host for a batch
     # sharder, None otherwise (0.33.0, model_runner.py:1471-1477): the plugin's manager answers in the same shape.
     reallocate_returns_admitted_counts: bool = False
-    # Prefix caching with GDN verification (v2_gdn_align_moves): the plugin replaces the hybrid model state's
-    # preprocess_state / postprocess_state (0.32.0, model_states/mamba_hybrid.py:184-420); only where those were
-    # run against the plugin's moves.
-    gdn_align_moves: bool = True
 
 
 @dataclass(frozen=True)
@@ -120,6 +116,11 @@ V1_RELEASES: dict[str, VllmRelease] = {
 #   GDN metadata's speculative rows (gdn_attn.py:329-470) are unchanged but for ReplaySSM (off for GDN: Qwen3.5
 #   does not declare supports_replayssm, config/vllm.py:3618-3622) and adaptive verification's ragged rows
 #   (gdn_attn.py:417, no uniform length when it is on);
+# * prefix caching (v2_gdn_align_moves replaces the hybrid model state's preprocess_state / postprocess_state):
+#   0.33.0's model_states/mamba_hybrid.py is 0.32.0's line for line; 0.34.0's adds ReplaySSM only (its tracker
+#   reset in preprocess_state :233-240 and _publish_flashinfer_replayssm :440-486 run only with ReplaySSM, off
+#   for GDN); the call sites (model_runner.py:1870/1932, :1750/1812) and the GDN builder's aligned state
+#   indices (gdn_attn.py:326/342) are 0.32.0's;
 # * 0.34.0 only: Model Runner V1 is gone (no v1/worker/gpu_model_runner.py, no VllmConfig.use_v2_model_runner;
 #   platforms/interface.py:1481-1490 refuses VLLM_USE_V2_MODEL_RUNNER=0): v2_only. V1 does not list it, so the
 #   GDN layer reads the default V1Shims there (0.32.0's; its _output_projection is unchanged, :1246), and on a
@@ -134,11 +135,7 @@ V2_RELEASES: dict[str, VllmRelease] = {
         checked="not run (torch 2.14 CPU wheels unreachable): every V2 target of vllm 0.33.0's wheel read "
         "against 0.32.0's (scripts/compare_vllm_releases.py --runner v2; docs/vllm.md)",
         # its reallocate_drafts returns a fourth item (dynamic verification's manager answers with None)
-        v2_shims=V2Shims(
-            dflash_inputs_from_block_slots=False,
-            reallocate_returns_admitted_counts=True,
-            gdn_align_moves=False,
-        ),
+        v2_shims=V2Shims(dflash_inputs_from_block_slots=False, reallocate_returns_admitted_counts=True),
     ),
     "0.34.0": VllmRelease(
         "0.34.0",
@@ -147,10 +144,7 @@ V2_RELEASES: dict[str, VllmRelease] = {
         "device is lent",
         # its reallocate_drafts returns a fourth item, as 0.33.0's (model_runner.py:1547)
         v2_shims=V2Shims(
-            dflash_inputs_from_block_slots=False,
-            v2_only=True,
-            reallocate_returns_admitted_counts=True,
-            gdn_align_moves=False,
+            dflash_inputs_from_block_slots=False, v2_only=True, reallocate_returns_admitted_counts=True
         ),
     ),
 }

@@ -218,23 +218,22 @@ def test_v2_dynamic_verification_checks_in_one_line() -> None:
         )
 
     settings = parse_config({"ascend_spec": {"dynamic": True}})
-    release = releases.V2_RELEASES["0.32.0"]
-    check_v2_engine(engine(), settings, release)
+    check_v2_engine(engine(), settings)
     for method in ("dspark", "ngram", "mtp", "eagle", "eagle3", "draft_model"):
-        check_v2_engine(engine(method), settings, release)
+        check_v2_engine(engine(method), settings)
     for bad, words in [
         (engine("suffix"), "got speculative method 'suffix'"),
         (engine(enable_adaptive_verification=True), "remove 'enable_adaptive_verification'"),
         (engine(use_local_argmax_reduction=True), "turn it off in the speculative config"),
     ]:
         with pytest.raises(ValueError) as refused:
-            check_v2_engine(bad, settings, release)
+            check_v2_engine(bad, settings)
         assert "\n" not in str(refused.value) and words in str(refused.value)
 
 
 def test_v2_gdn_verification_is_served_under_async_scheduling_and_prefix_caching() -> None:
-    """V2's check takes GDN verification under async scheduling, and with prefix caching (align mode) on the
-    release whose hybrid model state the plugin's moves replace (0.32.0); the others refuse it in one line."""
+    """V2's check takes GDN verification under async scheduling and with prefix caching (align mode: the
+    plugin's moves replace the hybrid model state's); mode 'all' is refused in one line."""
     from types import SimpleNamespace
 
     from ascend_spec.vllm.config import parse_config
@@ -249,16 +248,12 @@ def test_v2_gdn_verification_is_served_under_async_scheduling_and_prefix_caching
         )
 
     settings = parse_config({"ascend_spec": {}})
-    for version, release in releases.V2_RELEASES.items():
-        check_v2_engine(engine(True), settings, release)
-        check_v2_engine(engine(False), settings, release)
-        if version == "0.32.0":
-            check_v2_engine(engine(True, "align"), settings, release)
-            continue
-        with pytest.raises(ValueError) as refused:
-            check_v2_engine(engine(True, "align"), settings, release)
-        assert "\n" not in str(refused.value) and "mamba_cache_mode='align'" in str(refused.value)
-        assert "vLLM 0.32.0's only" in str(refused.value)
+    for async_scheduling in (True, False):
+        check_v2_engine(engine(async_scheduling), settings)
+        check_v2_engine(engine(async_scheduling, "align"), settings)
+    with pytest.raises(ValueError) as refused:
+        check_v2_engine(engine(True, "all"), settings)
+    assert "\n" not in str(refused.value) and "mamba_cache_mode='all'" in str(refused.value)
 
 
 def test_gdn_verification_with_prefix_caching_is_served_where_the_runner_moves_align_states() -> None:

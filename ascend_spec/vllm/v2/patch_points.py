@@ -62,7 +62,7 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         "skipped); one read a step for the requests that move",
         remove_when="vLLM's align mode takes a ragged one-slot GDN verify (upstream #56466 on #49887)",
         runner=V2_RUNNER,
-        releases=("vLLM 0.32.0",),
+        releases=V2,
     ),
     PatchPoint(
         name="v2_dflash_inputs",

@@ -54,7 +54,7 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         if settings is None:
             original(self, vllm_config, *args, **kwargs)
             return
-        check_v2_engine(vllm_config, settings, release)
+        check_v2_engine(vllm_config, settings)
         # An engine step must not pay the ops' value checks (host syncs): off unless the user sets them.
         os.environ.setdefault("ASCEND_SPEC_CHECKS", "0")
         if settings.gdn_verify:
@@ -74,17 +74,14 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
     return __init__
 
 
-#: Why V2 of a release refuses GDN verification with prefix caching.
-V2_ALIGN = "the plugin's align-mode GDN state moves on Model Runner V2 are run against vLLM 0.32.0's only"
-
-
-def check_v2_engine(vllm_config, settings: AscendSpecConfig, release: VllmRelease) -> None:  # noqa: ANN001
-    """What the V2 hooks of this release serve, refused in one line with the setting to change."""
+def check_v2_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
+    """What the V2 hooks of this release serve, refused in one line with the setting to change (prefix caching
+    is served: v2/gdn_align.py)."""
     if settings.dynamic.enabled:
         from ascend_spec.vllm.v2.dynamic_hooks import check_v2_dynamic_engine
 
         check_v2_dynamic_engine(vllm_config, settings)
-    check_gdn_engine(vllm_config, settings, align=None if release.v2_shims.gdn_align_moves else V2_ALIGN)
+    check_gdn_engine(vllm_config, settings)
 
 
 def _use_block_slots(runner, settings: AscendSpecConfig) -> None:  # noqa: ANN001
