@@ -32,24 +32,22 @@ def register_gdn_layer(*, npu: bool = False) -> None:
     _gdn_registered = True
 
 
-def check_gdn_engine(vllm_config, settings: AscendSpecConfig, *, align: str | None = None) -> None:  # noqa: ANN001
+def check_gdn_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
     """Engine settings ragged GDN verification needs, refused with the setting to change. Async scheduling is
-    served on Model Runner V1 (the flush gathers the accepted counts on the device, in stream order); Model
-    Runner V2 refuses it in its own runner check. Prefix caching (``mamba_cache_mode='align'``) is served where
-    the runner moves the state between cache blocks with the plugin (``align``: None), else refused with the
-    reason ``align`` gives."""
+    served on Model Runner V1 and V2 (the flush gathers the accepted counts on the device, in stream order);
+    vllm-ascend's runner refuses it in its own check. Prefix caching (``mamba_cache_mode='align'``) is served on
+    every runner: the plugin moves the state between cache blocks (:mod:`ascend_spec.vllm.gdn_align_moves`)."""
     if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
         return
     if vllm_config.speculative_config is None:
         return
     mode = vllm_config.cache_config.mamba_cache_mode
-    if mode == "none" or (mode == "align" and align is None):
-        return
-    reason = align if mode == "align" else "the plugin serves 'none' and 'align'"
-    raise ValueError(
-        f"additional_config['ascend_spec']['gdn_verify'] with mamba_cache_mode={mode!r}: {reason}; turn prefix "
-        "caching off (enable_prefix_caching=False) or set 'gdn_verify': false"
-    )
+    if mode not in ("none", "align"):
+        raise ValueError(
+            f"additional_config['ascend_spec']['gdn_verify'] with mamba_cache_mode={mode!r}: the plugin serves "
+            "'none' and 'align' ('all' keeps a state per token, which one-slot verification does not produce); "
+            "use prefix caching's default mode, turn it off (enable_prefix_caching=False) or set 'gdn_verify': false"
+        )
 
 
 def gdn_layers(runner) -> list:  # noqa: ANN001

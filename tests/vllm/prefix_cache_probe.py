@@ -38,7 +38,6 @@ def _record_hit_states(hits: dict) -> None:
 
 def _record_v2_hit_states(hits: dict) -> None:
     """The same on Model Runner V2, around the plugin's ``preprocess_state`` (a request's first step)."""
-    import torch
 
     from ascend_spec.vllm.v2 import gdn_align
 
@@ -55,7 +54,7 @@ def _record_v2_hit_states(hits: dict) -> None:
             computed = int(num_computed_tokens[idx])
             if computed >= bs:
                 slot = int(runner.block_tables.block_tables[gid].gpu[idx, (computed - 1) // bs])
-                hits[_v2_key(runner, idx)] = _states(runner, gid, slot, torch)
+                hits[_v2_key(runner, idx)] = _states(runner, gid, slot)
         return inner(runner, input_batch, kv_cache_config, num_computed_tokens)
 
     gdn_align.preprocess_state = preprocess_state
@@ -70,17 +69,16 @@ def _v2_key(runner, idx: int) -> str:  # noqa: ANN001
     return _key(runner.req_states.all_token_ids.gpu[idx, :8].tolist())
 
 
-def _states(runner, gid: int, slot: int, torch) -> list:  # noqa: ANN001
+def _states(runner, gid: int, slot: int) -> list:  # noqa: ANN001
     names = runner.kv_cache_config.kv_cache_groups[gid].layer_names
     context = runner.compilation_config.static_forward_context
-    return [[t[slot].to(torch.float64).clone() for t in context[n].kv_cache[:2]] for n in names]
+    return [_layer_states(context[n], slot) for n in names]
 
 
 def _record_boundary_states(boundaries: dict) -> None:
     """Wrap the plugin's align-mode write after sampling: the first boundary state each request gets (the round's
     decode crossing its first block), read from the boundary block's slot right after the write (every layer of
     the first mamba group), with whether the boundary fell at an accepted draft token."""
-    import torch
 
     from ascend_spec.vllm.v1 import gdn_align
 
@@ -96,7 +94,7 @@ def _record_boundary_states(boundaries: dict) -> None:
             if key in boundaries:
                 continue
             slot = int(runner.input_batch.block_table[gid].block_table.np[w.row, w.column])
-            states = [[t[slot].to(torch.float64).clone() for t in context[n].kv_cache[:2]] for n in names]
+            states = [_layer_states(context[n], slot) for n in names]
             boundaries[key] = {"inside_draft": w.inside_draft, "states": states}
         return written
 
@@ -115,11 +113,26 @@ def _record_boundary_states(boundaries: dict) -> None:
                 slot = int(runner.block_tables.block_tables[gid].gpu[w.row, w.column])
                 boundaries[key] = {
                     "inside_draft": w.inside_draft,
-                    "states": _states(runner, gid, slot, torch),
+                    "states": _states(runner, gid, slot),
                 }
         return written
 
     v2_align.postprocess_align = postprocess_align_v2
+
+
+def _layer_states(layer, slot: int) -> list:  # noqa: ANN001
+    """One GDN layer's (conv ``[C, W-1]``, recurrent ``[HV, Dk, Dv]``) state of ``slot`` in float64: through the
+    plugin layer's views where it has them (vllm-ascend keeps both in other layouts), else vLLM's CPU layout (its
+    conv state dim-first or state-first)."""
+    import torch
+    from vllm.model_executor.layers.mamba.mamba_utils import is_conv_state_dim_first
+
+    if hasattr(layer, "_ssm_pool"):
+        pools = (layer._conv_pool(), layer._ssm_pool())
+    else:
+        conv, ssm = layer.kv_cache[:2]
+        pools = (conv if is_conv_state_dim_first() else conv.transpose(-1, -2), ssm)
+    return [t[slot].to(torch.float64).clone() for t in pools]
 
 
 def _key(prompt_token_ids: list[int]) -> str:
@@ -127,7 +140,6 @@ def _key(prompt_token_ids: list[int]) -> str:
 
 
 def _recording(inner, hits: dict):  # noqa: ANN001, ANN202
-    import torch
 
     def preprocess_mamba(
         scheduler_output,
@@ -150,9 +162,7 @@ def _recording(inner, hits: dict):  # noqa: ANN001, ANN202
                 continue
             block = int(input_batch.block_table[gid].block_table.np[row, (computed - 1) // block_size])
             key = _key(requests[req_id].prompt_token_ids)
-            hits[key] = [
-                [t[block].to(torch.float64).clone() for t in forward_context[n].kv_cache[:2]] for n in names
-            ]
+            hits[key] = [_layer_states(forward_context[n], block) for n in names]
         return inner(
             scheduler_output,
             kv_cache_config,

@@ -31,7 +31,7 @@ def _spec(cls: type) -> object:
     return object.__new__(cls)  # isinstance is all the flush reads of a group's spec
 
 
-def _runner(layers: list[_Layer]) -> SimpleNamespace:
+def _runner(layers: list[_Layer], tables: list[np.ndarray] | None = None, **fields) -> SimpleNamespace:  # noqa: ANN003
     """Two requests in rows 0 and 1; GDN layers 0/2 in group 0, 1/3 in group 2, attention in group 1."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
@@ -40,7 +40,8 @@ def _runner(layers: list[_Layer]) -> SimpleNamespace:
         SimpleNamespace(kv_cache_spec=_spec(FullAttentionSpec), layer_names=["attn"]),
         SimpleNamespace(kv_cache_spec=_spec(MambaSpec), layer_names=["l1", "l3"]),
     ]
-    tables = [np.array([[5], [9]]), np.array([[1], [2]]), np.array([[6], [10]])]
+    if tables is None:
+        tables = [np.array([[5], [9]]), np.array([[1], [2]]), np.array([[6], [10]])]
     batch = SimpleNamespace(
         req_id_to_index={"a": 0, "b": 1},
         block_table=[SimpleNamespace(block_table=SimpleNamespace(np=t)) for t in tables],
@@ -51,6 +52,8 @@ def _runner(layers: list[_Layer]) -> SimpleNamespace:
         kv_cache_config=SimpleNamespace(kv_cache_groups=groups),
         input_batch=batch,
         use_async_scheduling=False,
+        cache_config=SimpleNamespace(mamba_cache_mode=fields.pop("mamba_cache_mode", "none")),
+        **fields,
     )
 
 
@@ -66,6 +69,34 @@ def test_flush_commits_each_layer_at_its_own_groups_slot() -> None:
     _flush_leaving_requests(runner, step, plain_decodes=True)
     assert layers[0].flushed == layers[2].flushed == [([5, 9], [3, 2])]
     assert layers[1].flushed == layers[3].flushed == [([6, 10], [3, 2])]
+
+
+def test_flush_with_prefix_caching_commits_at_the_running_blocks_slot() -> None:
+    """Align mode: a request's records are in the slot of its running block's column (``mamba_state_idx``), not
+    column 0; a request with no running block yet (never scheduled) has nothing to commit."""
+    from ascend_spec.vllm.v1.runner import _flush_leaving_requests
+
+    layers = [_Layer(f"l{i}") for i in range(4)]
+    tables = [
+        np.array([[5, 7, 8], [9, 11, 12]]),
+        np.array([[1, 3, 4], [2, 13, 14]]),
+        np.array([[6, 15, 16], [10, 17, 18]]),
+    ]
+    runner = _runner(layers, tables, mamba_cache_mode="align", mamba_state_idx={"a": 2, "b": 1})
+    step = SimpleNamespace(
+        num_scheduled_tokens={}, finished_req_ids={"a", "b"}, scheduled_spec_decode_tokens={}
+    )
+    _flush_leaving_requests(runner, step)
+    assert layers[0].flushed == layers[2].flushed == [([8, 11], [3, 2])]
+    assert layers[1].flushed == layers[3].flushed == [([16, 17], [3, 2])]
+    runner = _runner(
+        layers := [_Layer(f"l{i}") for i in range(4)],
+        tables,
+        mamba_cache_mode="align",
+        mamba_state_idx={"b": 0},
+    )
+    _flush_leaving_requests(runner, step)
+    assert layers[0].flushed == [([9], [2])]
 
 
 def test_a_gdn_layer_in_no_mamba_group_is_an_error() -> None:

@@ -127,11 +127,7 @@ def _check_engine(vllm_config, settings: AscendSpecConfig, *, npu: bool = False)
             "synchronous scheduling in this release (not tested with its async scheduling); start the engine with "
             "async_scheduling=False (--no-async-scheduling) or set 'gdn_verify': false"
         )
-    check_gdn_engine(vllm_config, settings, align=NPU_ALIGN if npu else None)
-
-
-#: Why vllm-ascend's runner refuses GDN verification with prefix caching.
-NPU_ALIGN = "the plugin moves align-mode GDN states on vLLM's own Model Runner V1 only, not on NPUModelRunner"
+    check_gdn_engine(vllm_config, settings)
 
 
 def _verifies_gdn_drafts(vllm_config, settings: AscendSpecConfig) -> bool:  # noqa: ANN001
