@@ -141,18 +141,9 @@ def _key(prompt_token_ids: list[int]) -> str:
 
 def _recording(inner, hits: dict):  # noqa: ANN001, ANN202
 
-    def preprocess_mamba(
-        scheduler_output,
-        kv_cache_config,
-        cache_config,
-        mamba_state_idx,
-        input_batch,
-        requests,
-        forward_context,
-        *args,
-        **kwargs,
-    ):  # noqa: ANN001, ANN202
-        copy_bufs = args[1] if len(args) > 1 else kwargs["copy_bufs"]
+    def preprocess_mamba(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - vLLM's signature, passed through
+        _, kv_cache_config, _, mamba_state_idx, input_batch, requests, forward_context, *rest = args
+        copy_bufs = rest[1] if len(rest) > 1 else kwargs["copy_bufs"]
         block_size = copy_bufs.mamba_spec.block_size
         gid = copy_bufs.mamba_group_ids[0]
         names = kv_cache_config.kv_cache_groups[gid].layer_names
@@ -163,17 +154,7 @@ def _recording(inner, hits: dict):  # noqa: ANN001, ANN202
             block = int(input_batch.block_table[gid].block_table.np[row, (computed - 1) // block_size])
             key = _key(requests[req_id].prompt_token_ids)
             hits[key] = [_layer_states(forward_context[n], block) for n in names]
-        return inner(
-            scheduler_output,
-            kv_cache_config,
-            cache_config,
-            mamba_state_idx,
-            input_batch,
-            requests,
-            forward_context,
-            *args,
-            **kwargs,
-        )
+        return inner(*args, **kwargs)
 
     return preprocess_mamba
 

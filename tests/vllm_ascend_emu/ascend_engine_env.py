@@ -11,6 +11,8 @@ from ascend_spec.e2e.engine import EngineRun, EngineSpec, run_isolated
 
 # vllm-ascend's platform on the emulated NPU (the venv's .pth loads emulated_npu in every process).
 EMULATED = {"ASCEND_SPEC_EMULATED_NPU": "1", "OMP_NUM_THREADS": "1"}
+# The emulated NPU's second mode: Triton's interpreter on CPU tensors, for vllm-ascend's Model Runner V2.
+EMULATED_V2 = {"ASCEND_SPEC_EMULATED_NPU": "v2", "OMP_NUM_THREADS": "1", "VLLM_USE_V2_MODEL_RUNNER": "1"}
 # Plain vLLM CPU in the same venv: vllm-ascend's platform plugin left out, the emulation off.
 PLAIN_CPU = {"ASCEND_SPEC_EMULATED_NPU": "0", "VLLM_PLUGINS": "ascend_spec", "OMP_NUM_THREADS": "1"}
 

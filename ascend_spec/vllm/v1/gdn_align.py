@@ -93,13 +93,9 @@ def preprocess_mamba(
     if not moves:
         return
     for gid, group_layers in layer_groups(kv_cache_config, layers):
-        table = input_batch.block_table[gid].block_table.np
-        src = torch.tensor([int(table[row, old]) for row, old, _, _ in moves], dtype=torch.int64)
-        dst = torch.tensor([int(table[row, new]) for row, _, new, _ in moves], dtype=torch.int64)
-        accepted = torch.tensor([m[3] for m in moves], dtype=torch.int32)
-        device = group_layers[0].kv_cache[1].device
-        src, dst, accepted = src.to(device), dst.to(device), accepted.to(device)
-        move_running_states(group_layers, src, dst, accepted)
+        move_running_states(
+            group_layers, *_slots(input_batch.block_table[gid].block_table.np, moves, group_layers)
+        )
 
 
 def postprocess_align(runner, scheduler_output, num_reqs: int) -> list[BoundaryWrite]:  # noqa: ANN001
@@ -145,13 +141,18 @@ def postprocess_align(runner, scheduler_output, num_reqs: int) -> list[BoundaryW
         return written
     for gid, group_layers in layer_groups(runner.kv_cache_config, layers):
         table = runner.input_batch.block_table[gid].block_table.np
-        src = torch.tensor([int(table[row, run]) for row, run, _, _ in writes], dtype=torch.int64)
-        dst = torch.tensor([int(table[row, bound]) for row, _, bound, _ in writes], dtype=torch.int64)
-        tokens = torch.tensor([w[3] for w in writes], dtype=torch.int32)
-        device = group_layers[0].kv_cache[1].device
-        src, dst, tokens = src.to(device), dst.to(device), tokens.to(device)
-        write_boundary_states(group_layers, src, dst, tokens)
+        write_boundary_states(group_layers, *_slots(table, writes, group_layers))
     return written
+
+
+def _slots(table, moves: list[tuple[int, int, int, int]], layers: list) -> tuple[torch.Tensor, ...]:  # noqa: ANN001
+    """``(src, dst, counts)`` on the layers' device from ``(batch row, src column, dst column, count)`` moves: the
+    state slots of one KV-cache group's block ``table`` (host) and the counts (accepted or committed tokens)."""
+    device = layers[0].kv_cache[1].device
+    src = torch.tensor([int(table[row, col]) for row, col, _, _ in moves], dtype=torch.int64)
+    dst = torch.tensor([int(table[row, col]) for row, _, col, _ in moves], dtype=torch.int64)
+    counts = torch.tensor([m[3] for m in moves], dtype=torch.int32)
+    return src.to(device), dst.to(device), counts.to(device)
 
 
 def install_align_hooks(runner) -> None:  # noqa: ANN001

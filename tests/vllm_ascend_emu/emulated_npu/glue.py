@@ -91,6 +91,9 @@ def adapt_vllm_ascend() -> None:
     _gloo_for_hccl()
     # The vector-core count sizes Triton grids (910B1: 24 cube, 48 vector cores); the CPU launchers ignore grids.
     triton_utils._NUM_AICORE, triton_utils._NUM_VECTORCORE = 24, 48
+    triton_utils._UB_SIZE_BYTES = (
+        triton_utils.DEFAULT_UB_SIZE_BYTES
+    )  # mode "v2": Triton paths read it (rope.py:143)
     block_table._compute_slot_mapping_kernel = ops.KernelLauncher(ops.compute_slot_mapping)
     _gdn_launchers()
     launcher = ops.KernelLauncher(ops.copy_and_expand_dflash_inputs)

@@ -95,16 +95,17 @@ class Unemulated:
         return Unemulated(f"{self.name}.{attr}")
 
 
-def install_module_stubs() -> types.ModuleType:
+def install_module_stubs(*, mock_triton: bool = True) -> types.ModuleType:
     """Register torch_npu, acl, triton.runtime, fla_npu and mooncake stand-ins; returns the torch_npu module.
 
     Must run before ``torch`` and ``vllm_ascend`` are imported (vllm-ascend's conftest note: importing torch first
     leads to a circular import through accelerate). The mocked ``triton.runtime`` makes vLLM's ``HAS_TRITON``
     False, so vllm-ascend takes its torch_npu / PyTorch paths instead of triton-ascend kernels.
     """
-    runtime = MagicMock()
-    runtime.driver.active.utils.get_device_properties.return_value = {"num_aic": 8, "num_vectorcore": 8}
-    sys.modules["triton.runtime"] = runtime
+    if mock_triton:  # mode "v2" runs Triton's interpreter instead (triton_interpreter.py)
+        runtime = MagicMock()
+        runtime.driver.active.utils.get_device_properties.return_value = {"num_aic": 8, "num_vectorcore": 8}
+        sys.modules["triton.runtime"] = runtime
 
     torch_npu = _module("torch_npu", package=True)
     torch_npu.npu = MagicMock()
@@ -151,8 +152,10 @@ def install_module_stubs() -> types.ModuleType:
     return torch_npu
 
 
-def install_torch_npu_namespace(torch_npu: types.ModuleType) -> None:
-    """``torch.npu``: one available device whose memory is the CPU's; streams and graphs are no-ops."""
+def install_torch_npu_namespace(torch_npu: types.ModuleType, *, npu_device_on_cpu: bool = False) -> None:
+    """``torch.npu``: one available device whose memory is the CPU's; streams and graphs are no-ops. With
+    ``npu_device_on_cpu`` (mode "v2") tensors created or moved with ``device="npu"`` land on the CPU: vllm-ascend's
+    V2 patches name the device (``patch/worker/patch_v2/patch_uva.py:143, 172``)."""
     import torch
 
     with contextlib.suppress(RuntimeError):  # already renamed in this process
@@ -203,10 +206,10 @@ def install_torch_npu_namespace(torch_npu: types.ModuleType) -> None:
             record_stream(self, stream)
 
     torch.Tensor.record_stream = record_stream_
-    _no_pinned_memory(torch)
+    _no_pinned_memory(torch, npu_device_on_cpu)
 
 
-def _no_pinned_memory(torch: types.ModuleType) -> None:
+def _no_pinned_memory(torch: types.ModuleType, npu_device_on_cpu: bool) -> None:
     """Host memory is never pinned: pinning needs an accelerator allocator the CPU torch has none of, and vLLM and
     vllm-ascend ask for it in many places (``PIN_MEMORY`` read at import, ``pin_memory=True`` written out)."""
 
@@ -215,6 +218,8 @@ def _no_pinned_memory(torch: types.ModuleType) -> None:
         def call(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
             if kwargs.get("pin_memory"):
                 kwargs["pin_memory"] = False
+            if npu_device_on_cpu and _is_npu(kwargs.get("device")):
+                kwargs["device"] = "cpu"
             return factory(*args, **kwargs)
 
         return call
@@ -222,3 +227,21 @@ def _no_pinned_memory(torch: types.ModuleType) -> None:
     for name in PINNABLE_FACTORIES:
         setattr(torch, name, unpinned(getattr(torch, name)))
     torch.Tensor.pin_memory = lambda self, *args, **kwargs: self
+    if not npu_device_on_cpu:
+        return
+    to = torch.Tensor.to
+
+    def to_cpu(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if _is_npu(kwargs.get("device")):
+            kwargs["device"] = "cpu"
+        if args and _is_npu(args[0]):
+            args = ("cpu", *args[1:])
+        return to(self, *args, **kwargs)
+
+    torch.Tensor.to = to_cpu
+
+
+def _is_npu(device: object) -> bool:
+    if isinstance(device, str):
+        return device.split(":")[0] == "npu"
+    return getattr(device, "type", None) == "npu"
