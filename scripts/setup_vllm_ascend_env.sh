@@ -26,6 +26,9 @@ python -m pip install --quiet decorator msgpack pandas scipy quart "transformers
   "hypothesis>=6.100"
 python -m pip install --quiet --no-deps -e .
 bash scripts/install_torchvision_compat.sh
+if [ -x .venv/bin/python ]; then
+  python scripts/link_venv_files.py .venv "$VENV"
+fi
 # The emulated NPU in every process that sets ASCEND_SPEC_EMULATED_NPU=1 (vLLM inspects models in a child process):
 # a .pth line puts tests/vllm_ascend_emu on sys.path, the next calls emulated_npu.install_if_enabled() at start-up.
 # Named to sort after torchvision_cpu_compat.pth: site runs .pth files in name order and the emulation imports vLLM.
