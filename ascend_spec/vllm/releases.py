@@ -76,6 +76,16 @@ class V2Shims:
     # model_runner.py:1436-1440) or with a fourth item, the admitted counts copied to the host for a batch
     # sharder, None otherwise (0.33.0, model_runner.py:1471-1477): the plugin's manager answers in the same shape.
     reallocate_returns_admitted_counts: bool = False
+    # True where the hybrid model state makes a decode row speculative only when it carries drafts
+    # (num_draft_tokens > 0): a decode without drafts runs the GDN layer's plain kernels from the committed
+    # state slot, so the flush commits its pending records before the step (as V1Shims' field of that name).
+    zero_draft_decodes_run_plain: bool = False
+    # The runner's adaptive-verification seam the plugin's dynamic verification replaces (reallocate_drafts,
+    # record_confidences, ...) is 0.32.0's; False: `dynamic` is refused on this release's V2.
+    dynamic_verification: bool = True
+    # The hybrid model state's align-mode moves (preprocess_state / postprocess_state) are 0.32.0's, which the
+    # plugin's replace (v2_gdn_align_moves); False: GDN verification with prefix caching is refused.
+    prefix_caching_moves: bool = True
 
 
 @dataclass(frozen=True)
@@ -125,7 +135,29 @@ V1_RELEASES: dict[str, VllmRelease] = {
 #   platforms/interface.py:1481-1490 refuses VLLM_USE_V2_MODEL_RUNNER=0): v2_only. V1 does not list it, so the
 #   GDN layer reads the default V1Shims there (0.32.0's; its _output_projection is unchanged, :1246), and on a
 #   non-x86 CPU without Triton its CPU worker builds a runner the hooks never see (v2.unhooked_v2_runner).
+#
+# 0.30.0 (vllm-ascend 0.30.0rc2's Model Runner V2, vllm_ascend/worker/v2/model_runner.py, subclasses its
+# GPUModelRunner and calls its __init__; its AscendMambaHybridModelState subclasses MambaHybridModelState):
+# * the hybrid model state marks a decode row speculative only with drafts (model_states/mamba_hybrid.py:246-260,
+#   vllm-ascend's prepare_attn alike: (num_draft_tokens_per_req > 0) & is_decode): zero_draft_decodes_run_plain;
+# * its adaptive verification (spec_decode/adaptive_verification.py) is not 0.32.0's seam: dynamic refused;
+# * prepare_dflash_inputs (spec_decode/dflash/speculator.py, its kernel the same as 0.32.0's) is rebound by
+#   vllm-ascend's DFlash speculator to its own Triton kernel (vllm_ascend spec_decode/dflash/speculator.py:135),
+#   whose slots equal vLLM's without context parallelism (ops/triton/v2/spec_decode/prepare_dflash_inputs.py:
+#   47-82): the plugin's block inputs replace it there, that kernel the fallback (cp_size > 1);
+# * prefix caching: 0.30.0's preprocess_state is not 0.32.0's and vllm-ascend's adds a layerwise KV-pool copy
+#   path the plugin's moves do not follow: GDN verification with prefix caching is refused (check_v2_engine).
 V2_RELEASES: dict[str, VllmRelease] = {
+    "0.30.0": VllmRelease(
+        "0.30.0",
+        checked="vllm-ascend 0.30.0rc2's Model Runner V2 on the emulated NPU's second mode (Triton's interpreter: "
+        "tests/vllm_ascend_emu/test_v2_runner.py)",
+        v2_shims=V2Shims(
+            zero_draft_decodes_run_plain=True,
+            dynamic_verification=False,
+            prefix_caching_moves=False,
+        ),
+    ),
     "0.32.0": VllmRelease(
         "0.32.0",
         checked="engine tests on V2 on the CPU (ascend_spec.e2e.cpu_v2; tests/vllm/test_v2_plugin.py)",

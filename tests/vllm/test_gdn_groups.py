@@ -105,3 +105,43 @@ def test_a_gdn_layer_in_no_mamba_group_is_an_error() -> None:
     layers = [_Layer("l0"), _Layer("stray")]
     with pytest.raises(RuntimeError, match=r"GDN layers \['stray'\] are in no KV-cache group"):
         mamba_groups(_runner(layers), layers)
+
+
+def test_v2_flush_on_vllm_0_30_commits_draftless_decodes_before_the_step() -> None:
+    """vLLM 0.30.0's V2 hybrid state (vllm-ascend's V2 runner) runs a decode without drafts through the plain GDN
+    kernels, from the committed state: the step's first call (``finish_requests``) commits the pending records
+    of such requests with the ones that leave, each layer at its group's slot, accepted counts from the device;
+    requests with drafts, and ones V2 does not hold yet, are left to the verify call."""
+    from ascend_spec.vllm.releases import V2_RELEASES
+    from ascend_spec.vllm.v2.runner import _install_runner_hooks, plain_decodes
+
+    layers = [_Layer(f"l{i}") for i in range(4)]
+    tables = [torch.tensor([[5], [9], [4]]), None, torch.tensor([[6], [10], [3]])]
+    runner = _runner(layers)
+    runner.req_states = SimpleNamespace(req_id_to_index={"a": 0, "b": 1, "c": 2})
+    runner.block_tables = SimpleNamespace(
+        block_tables=[SimpleNamespace(gpu=t) for t in tables]  # V2 keeps one table per group
+    )
+    runner.model_state = SimpleNamespace(num_accepted_tokens_gpu=torch.tensor([3, 2, 4], dtype=torch.int32))
+    step = SimpleNamespace(
+        num_scheduled_tokens={"b": 1, "c": 4, "new": 7},
+        scheduled_spec_decode_tokens={"c": [-1, -1, -1]},
+        finished_req_ids={"a"},
+        preempted_req_ids=None,
+    )
+    assert plain_decodes(runner, step) == {"b"}  # "c" verifies its drafts; "new" is not V2's yet
+    seen = []
+    runner.load_model = lambda *a, **k: None
+    runner.finish_requests = lambda out: seen.append(set(runner._ascend_spec_flushed))
+    runner._remove_request = lambda req_id: True
+    for version, flushed in (("0.30.0", ([5, 9], [3, 2])), ("0.32.0", ([5], [3]))):
+        for layer in layers:
+            layer.flushed.clear()
+        runner.ascend_spec_release = V2_RELEASES[version]
+        _install_runner_hooks(runner)
+        runner.finish_requests(step)
+        assert layers[0].flushed == layers[2].flushed == [flushed], version
+        want = ([6, 10], [3, 2]) if version == "0.30.0" else ([6], [3])
+        assert layers[1].flushed == layers[3].flushed == [want], version
+        runner.finish_requests = lambda out: seen.append(set(runner._ascend_spec_flushed))
+    assert seen == [{"a", "b"}, {"a"}]

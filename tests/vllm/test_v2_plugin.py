@@ -154,11 +154,11 @@ from ascend_spec.vllm.v2 import dflash_inputs
 made = dflash_inputs.prepare_dflash_inputs_with_block_slots
 steps = []
 
-def comparing(original, backend):
-    ours = made(original, backend)
+def comparing(original, backend, arguments_of=None):
+    ours = made(original, backend, arguments_of)
     def prepare(*args, **kwargs):
         import inspect
-        a = inspect.signature(original).bind(*args, **kwargs).arguments
+        a = inspect.signature(arguments_of or original).bind(*args, **kwargs).arguments
         b = a["input_buffers"]
         names = ["query_slot_mapping", "context_positions", "context_slot_mapping", "sample_indices",
                  "sample_pos", "sample_idx_mapping", "temperature", "seeds"]

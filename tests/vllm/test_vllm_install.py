@@ -175,6 +175,8 @@ def test_release_listed_for_v1_only_leaves_v2_unhooked_and_refuses_it(
 
     monkeypatch.setattr(install_mod, "installed_vllm_version", lambda: "0.30.0")
     monkeypatch.setattr(releases, "installed_vllm_version", lambda: "0.30.0")
+    v1_only = {v: r for v, r in releases.V2_RELEASES.items() if v != "0.30.0"}
+    monkeypatch.setattr(releases, "V2_RELEASES", v1_only)  # 0.30.0 as a release listed for V1 only
     v2_init = v2_model_runner.GPUModelRunner.__init__
     install_mod.install()
     assert v2_model_runner.GPUModelRunner.__init__ is v2_init
@@ -256,6 +258,39 @@ def test_v2_gdn_verification_is_served_under_async_scheduling_and_prefix_caching
     assert "\n" not in str(refused.value) and "mamba_cache_mode='all'" in str(refused.value)
 
 
+def test_v2_on_vllm_0_30_refuses_dynamic_and_prefix_caching_in_one_line() -> None:
+    """vLLM 0.30.0's V2 (vllm-ascend 0.30.0rc2's runner) serves GDN verification under either scheduling; its
+    adaptive verification and its align moves are not the seams the plugin replaces: `dynamic`, and GDN
+    verification with prefix caching, are refused there in one line naming the way out."""
+    from types import SimpleNamespace
+
+    from ascend_spec.vllm.config import parse_config
+    from ascend_spec.vllm.v2.runner import check_v2_engine
+
+    def engine(mode: str = "none", async_scheduling: bool = False) -> SimpleNamespace:
+        return SimpleNamespace(
+            model_config=SimpleNamespace(is_hybrid=True),
+            speculative_config=SimpleNamespace(method="mtp"),
+            scheduler_config=SimpleNamespace(async_scheduling=async_scheduling),
+            cache_config=SimpleNamespace(mamba_cache_mode=mode),
+        )
+
+    old = releases.V2_RELEASES["0.30.0"]
+    gdn = parse_config({"ascend_spec": {}})
+    for async_scheduling in (False, True):
+        check_v2_engine(engine(async_scheduling=async_scheduling), gdn, old)
+    check_v2_engine(engine("align"), parse_config({"ascend_spec": {"gdn_verify": False}}), old)
+    check_v2_engine(engine("align"), gdn, releases.V2_RELEASES["0.32.0"])
+    for config, mode, words in [
+        (gdn, "align", "enable_prefix_caching=False"),
+        (parse_config({"ascend_spec": {"dynamic": True}}), "none", "remove 'dynamic'"),
+    ]:
+        with pytest.raises(ValueError) as refused:
+            check_v2_engine(engine(mode), config, old)
+        line = str(refused.value)
+        assert "\n" not in line and "on vLLM 0.30.0's Model Runner V2" in line and words in line, line
+
+
 def test_gdn_verification_with_prefix_caching_is_served_in_align_mode() -> None:
     """mamba_cache_mode 'align' (prefix caching) and 'none' are served; 'all' is refused in one line naming the
     mode, and only where GDN verification is on."""
@@ -281,22 +316,26 @@ def test_gdn_verification_with_prefix_caching_is_served_in_align_mode() -> None:
 
 
 def test_release_table_names_each_v2_release_and_its_shims() -> None:
-    assert set(releases.V2_RELEASES) == {"0.32.0", "0.33.0", "0.34.0"}
+    assert set(releases.V2_RELEASES) == {"0.30.0", "0.32.0", "0.33.0", "0.34.0"}
     assert "0.34.0" not in releases.V1_RELEASES  # vLLM 0.34.0 has no Model Runner V1
     block_slots = {v: r.v2_shims.dflash_inputs_from_block_slots for v, r in releases.V2_RELEASES.items()}
     # 0.33.0 / 0.34.0's prepare_dflash_inputs also writes input_buffers.is_padding: V2's own kernel there
-    assert block_slots == {"0.32.0": True, "0.33.0": False, "0.34.0": False}
+    assert block_slots == {"0.30.0": True, "0.32.0": True, "0.33.0": False, "0.34.0": False}
+    # only 0.30.0's hybrid state runs a draftless decode plainly, and lacks the dynamic and align seams
+    for field in ("zero_draft_decodes_run_plain", "dynamic_verification", "prefix_caching_moves"):
+        odd = [v for v, r in releases.V2_RELEASES.items() if getattr(r.v2_shims, field) != (field[0] != "z")]
+        assert odd == ["0.30.0"], (field, odd)
     assert [v for v, r in releases.V2_RELEASES.items() if r.v2_shims.v2_only] == ["0.34.0"]
     # dynamic verification's manager answers reallocate_drafts with the release's tuple (a fourth item from 0.33.0)
     four_items = {v: r.v2_shims.reallocate_returns_admitted_counts for v, r in releases.V2_RELEASES.items()}
-    assert four_items == {"0.32.0": False, "0.33.0": True, "0.34.0": True}
+    assert four_items == {"0.30.0": False, "0.32.0": False, "0.33.0": True, "0.34.0": True}
     assert releases.supported_line() == (
-        "vLLM 0.30.0, 0.32.0, 0.33.0 (Model Runner V1); vLLM 0.32.0, 0.33.0, 0.34.0 (Model Runner V2)"
+        "vLLM 0.30.0, 0.32.0, 0.33.0 (Model Runner V1); vLLM 0.30.0, 0.32.0, 0.33.0, 0.34.0 (Model Runner V2)"
     )
     from ascend_spec.vllm.patch_register import PATCH_POINTS
 
     (dflash_inputs,) = [p for p in PATCH_POINTS if p.name == "v2_dflash_inputs"]
-    assert dflash_inputs.releases == ("vLLM 0.32.0",)
+    assert dflash_inputs.releases == ("vLLM 0.30.0", "vLLM 0.32.0")
 
 
 def test_runner_of_an_engine_is_vllms_choice_except_where_v2_is_the_only_one() -> None:

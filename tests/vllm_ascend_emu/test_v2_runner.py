@@ -1,8 +1,8 @@
 """vllm-ascend 0.30.0rc2's Model Runner V2 (``vllm_ascend.worker.v2.model_runner.NPUModelRunner``) on the emulated
 NPU's second mode (``ASCEND_SPEC_EMULATED_NPU=v2``: Triton's interpreter on CPU tensors, emulated_npu/
 triton_interpreter.py), against plain decoding by vLLM's CPU engine in the same venv; the interpreter repairs that
-mode makes, against PyTorch; and the plugin's one-line refusal of that runner (vLLM 0.30.0's Model Runner V2 is not
-hooked).
+mode makes, against PyTorch; the plugin's GDN verification on that runner (MTP and DFlash on the hybrid), DFlash's
+block inputs against vllm-ascend's kernel, and the one-line refusal of dynamic verification there.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from ascend_engine_env import EMULATED_V2, PLAIN_CPU, needs_vllm_ascend
 
+from ascend_spec.e2e.cli import builtin_prompts
 from ascend_spec.e2e.engine import EngineRun, EngineSpec, run_isolated
 from ascend_spec.e2e.tiny_models import TinyModels, make_tiny_models
 
@@ -28,6 +29,11 @@ pytestmark = [needs_vllm_ascend, pytest.mark.slow]
 V2_RUNNER = "vllm_ascend.worker.v2.model_runner.NPUModelRunner"
 PROMPTS = [[1, 5, 9, 20, 33], [7, 8, 2, 4], [3, 14, 15, 92, 65, 35, 89, 79, 32]]
 MAX_TOKENS = [12, 10, 11]
+K = 3
+# Requests that reach max_model_len (prompt + max_tokens = 16, 25, 28, 28 of 28): V2's scheduler caps their last
+# steps' drafts at max_model_len - computed - 1 (tests/vllm/test_v2_plugin.py's ragged case).
+RAGGED = (builtin_prompts(4), [10, 14, 12, 7])
+RAGGED_LIMITS = {"max_model_len": 28}
 
 REPAIRS = """
 import json, sys
@@ -52,15 +58,34 @@ def masked_nonzero(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, keep.to(tl.int32), mask=mask)
 
 
+@triton.jit
+def ragged_prefix_sums(counts_ptr, out_ptr, BLOCK: tl.constexpr):
+    from triton.language.extra.cann.extension import get_element
+
+    counts = tl.load(counts_ptr + tl.arange(0, BLOCK))
+    flags = counts > 2
+    for pos in tl.range(0, BLOCK):  # a scalar loop over a block's elements, as reject_sample.py:120-126
+        n = get_element(counts, (pos,))
+        total = 0
+        for i in range(n):
+            total += i + 1
+        if get_element(flags, (pos,)):
+            total = -total
+        tl.store(out_ptr + pos, total)
 x = torch.randn(1000, generator=torch.Generator().manual_seed(0)) * 3
 x[::7] = 0.0
 out = torch.empty(1000, dtype=torch.bfloat16)
 store_bf16[(1,)](x, out, 1000, BLOCK=1024)
 keep = torch.empty(1000, dtype=torch.int32)
 masked_nonzero[(1,)](x, keep, 1000, BLOCK=1024)
+counts = torch.tensor([0, 3, 1, 5, 2, 0, 4, 1], dtype=torch.int32)
+sums = torch.empty(8, dtype=torch.int32)
+ragged_prefix_sums[(1,)](counts, sums, BLOCK=8)
+want = counts * (counts + 1) // 2 * torch.where(counts > 2, -1, 1)
 result = {
     "bf16_equal": bool(torch.equal(out, x.to(torch.bfloat16))),
     "keep_equal": bool(torch.equal(keep, (x != 0).to(torch.int32))),
+    "get_element_equal": bool(torch.equal(sums, want.to(torch.int32))),
     "truncated_differs": bool((x.view(torch.int32) & 0xFFFF0000).view(torch.float32).to(torch.bfloat16).ne(
         x.to(torch.bfloat16)).any()),
 }
@@ -70,7 +95,8 @@ sys.stdout.write("RESULT " + json.dumps(result))
 
 def test_interpreter_repairs_behave_as_compiled_triton(tmp_path: Path) -> None:
     """Mode "v2" stores fp32 into bf16 rounding to nearest even (as compiled Triton and the NPU do; the plain
-    interpreter truncates) and gives a float comparison a boolean result a mask can be joined with."""
+    interpreter truncates), gives a float comparison a boolean result a mask can be joined with, and reads a
+    block's element as a scalar with triton-ascend's ``get_element``."""
     script = tmp_path / "repairs.py"  # a file: @triton.jit reads the kernel's source
     script.write_text(textwrap.dedent(REPAIRS))
     proc = subprocess.run(
@@ -83,7 +109,12 @@ def test_interpreter_repairs_behave_as_compiled_triton(tmp_path: Path) -> None:
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     result = json.loads(lines[-1][len("RESULT ") :])
-    assert result == {"bf16_equal": True, "keep_equal": True, "truncated_differs": True}
+    assert result == {
+        "bf16_equal": True,
+        "keep_equal": True,
+        "get_element_equal": True,
+        "truncated_differs": True,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -91,32 +122,179 @@ def hybrid(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     return make_tiny_models(tmp_path_factory.mktemp("ascend_v2"), hybrid=True, low_entropy=True)
 
 
-def _run(work: Path, spec: EngineSpec, env: dict[str, str]) -> EngineRun:
+def _run(
+    work: Path, spec: EngineSpec, env: dict[str, str], requests: tuple = (PROMPTS, MAX_TOKENS)
+) -> EngineRun:
+    prompts, max_tokens = requests
     return run_isolated(
-        spec, PROMPTS, work_dir=work, env=env, max_tokens=MAX_TOKENS, logprobs=True, timeout=1200
+        spec, prompts, work_dir=work, env=env, max_tokens=max_tokens, logprobs=True, timeout=1200
     )
 
 
-def test_vllm_ascend_v2_runner_decodes_as_plain_cpu(ascend_engine_dir: Path, hybrid: TinyModels) -> None:
+@pytest.fixture(scope="module")
+def plain_hybrid(ascend_engine_dir: Path, hybrid: TinyModels) -> EngineRun:
+    """Plain decoding of the hybrid by vLLM's CPU engine in the same venv: the oracle."""
+    plain = _run(ascend_engine_dir / "v2_plain_cpu", EngineSpec(target=hybrid.target, hybrid=True), PLAIN_CPU)
+    assert plain.error is None, plain.error
+    return plain
+
+
+@pytest.fixture(scope="module")
+def plain_ragged(ascend_engine_dir: Path, hybrid: TinyModels) -> EngineRun:
+    """Plain decoding of the requests that reach max_model_len, two at a time, by vLLM's CPU engine."""
+    spec = EngineSpec(target=hybrid.target, hybrid=True, max_num_seqs=2, extra=RAGGED_LIMITS)
+    plain = _run(ascend_engine_dir / "v2_plain_cpu_ragged", spec, PLAIN_CPU, RAGGED)
+    assert plain.error is None, plain.error
+    return plain
+
+
+@pytest.fixture(scope="module")
+def plain_long(ascend_engine_dir: Path, hybrid: TinyModels) -> EngineRun:
+    """The same requests at the default max_model_len, by vLLM's CPU engine."""
+    spec = EngineSpec(target=hybrid.target, hybrid=True, max_num_seqs=2)
+    plain = _run(ascend_engine_dir / "v2_plain_cpu_long", spec, PLAIN_CPU, RAGGED)
+    assert plain.error is None, plain.error
+    return plain
+
+
+def test_vllm_ascend_v2_runner_decodes_as_plain_cpu(
+    ascend_engine_dir: Path, hybrid: TinyModels, plain_hybrid: EngineRun
+) -> None:
     """vllm-ascend's V2 runner starts in mode "v2" and decodes the hybrid as vLLM's CPU engine does (a prompt may
     leave plain decoding only at a bf16 tie of plain decoding's top-2 logits)."""
     spec = EngineSpec(target=hybrid.target, hybrid=True)
-    plain = _run(ascend_engine_dir / "v2_plain_cpu", spec, PLAIN_CPU)
-    assert plain.error is None, plain.error
     ours = _run(ascend_engine_dir / "v2_npu", spec, EMULATED_V2)
     assert ours.error is None, ours.error
     assert ours.runner_class == V2_RUNNER and ours.runner == "v2", (ours.runner_class, ours.runner)
-    assert_matches_plain(plain, ours, allow_ties=True)
+    assert_matches_plain(plain_hybrid, ours, allow_ties=True)
 
 
-def test_plugin_refuses_vllm_ascend_v2_runner_in_one_line(
+@pytest.mark.parametrize(
+    "method,async_scheduling",
+    [("mtp", False), ("mtp", True), ("dflash", False)],
+    ids=["mtp-sync", "mtp-async", "dflash-sync"],
+)
+def test_gdn_verification_on_vllm_ascend_v2_matches_plain(
+    ascend_engine_dir: Path,
+    hybrid: TinyModels,
+    plain_ragged: EngineRun,
+    plain_long: EngineRun,
+    method: str,
+    async_scheduling: bool,
+) -> None:
+    """The plugin on vllm-ascend's V2 runner: drafts (MTP; DFlash through vllm-ascend's speculator, its block
+    inputs from prepare_block_slots) verified by the plugin's NPU GDN layer on one state slot per request (vllm-ascend keeps 1 + K), lossless against plain
+    decoding by vLLM's CPU engine; two requests at a time, so later ones take the state slots of finished ones.
+    MTP's requests reach max_model_len, where V2's scheduler gives their last steps 1..K-1 drafts and then none
+    (a decode vLLM 0.30.0's hybrid state runs through the plain kernels: its records are committed first).
+    DFlash runs at the default max_model_len: vllm-ascend's DFlash input kernel needs the cache block size (which
+    a hybrid's max_model_len of 28 sets to 28) to be a multiple of the draft's KV block (128)."""
+    ragged = method == "mtp"
+    speculative = {"method": method, "num_speculative_tokens": K}
+    if method == "dflash":
+        speculative["model"] = str(hybrid.dflash)
+    spec = EngineSpec(
+        target=hybrid.target,
+        hybrid=True,
+        speculative=speculative,
+        plugin={"gdn_verify": True},
+        async_scheduling=async_scheduling,
+        max_num_seqs=2,
+        extra=RAGGED_LIMITS if ragged else {},
+    )
+    ours = _run(ascend_engine_dir / f"v2_npu_gdn_{method}_{async_scheduling}", spec, EMULATED_V2, RAGGED)
+    assert ours.error is None, ours.error
+    assert ours.runner_class == V2_RUNNER and ours.runner == "v2", (ours.runner_class, ours.runner)
+    assert ours.gdn_slots_per_request == 1
+    assert ours.num_drafts > 0 and ours.num_accepted > 0, (ours.num_drafts, ours.num_accepted)
+    if ragged:
+        assert ours.num_draft_tokens < K * ours.num_drafts, "no step verified fewer than K drafts"
+    assert ours.gdn_flushed_requests is not None and ours.gdn_flushed_requests >= len(RAGGED[0]) - 2
+    if method == "dflash":  # block inputs from prepare_block_slots (the buffers: the test below)
+        assert ours.block_slot_calls and ours.block_slot_calls > 0, ours.block_slot_calls
+    assert_matches_plain(plain_ragged if ragged else plain_long, ours, allow_ties=True)
+
+
+def test_plugin_refuses_dynamic_on_vllm_ascend_v2_in_one_line(
     ascend_engine_dir: Path, hybrid: TinyModels
 ) -> None:
-    """The plugin does not hook vLLM 0.30.0's Model Runner V2 (the release vllm-ascend 0.30.0rc2 runs on): an
-    engine that enables it there stops at start with one line naming the switch to V1."""
-    spec = EngineSpec(target=hybrid.target, hybrid=True, plugin={})
-    run = _run(ascend_engine_dir / "v2_npu_plugin", spec, EMULATED_V2)
+    """Dynamic verification replaces vLLM 0.32.0's adaptive-verification seam, which vLLM 0.30.0's V2 (the one
+    vllm-ascend 0.30.0rc2 runs) does not have: an engine asking for it there stops at start with one line."""
+    spec = EngineSpec(
+        target=hybrid.target,
+        hybrid=True,
+        speculative={"method": "mtp", "num_speculative_tokens": K},
+        plugin={"dynamic": {}},
+    )
+    run = _run(ascend_engine_dir / "v2_npu_dynamic", spec, EMULATED_V2)
     assert run.error is not None and not run.tokens
-    line = next(ln for ln in run.error.splitlines() if "additional_config['ascend_spec'] is set" in ln)
-    assert "runs Model Runner V2 and ascend-spec does not hook it on vLLM 0.30.0" in line, line
-    assert "Set VLLM_USE_V2_MODEL_RUNNER=0" in line, line
+    line = next(ln for ln in run.error.splitlines() if "additional_config['ascend_spec']['dynamic']" in ln)
+    assert "on vLLM 0.30.0's Model Runner V2" in line and "VLLM_USE_V2_MODEL_RUNNER=0" in line, line
+
+
+_COMPARE_BUFFERS = """
+import inspect, json, sys
+import torch
+from ascend_spec.e2e.engine import EngineSpec, run_engine
+from ascend_spec.vllm.v2 import dflash_inputs
+
+made = dflash_inputs.prepare_dflash_inputs_with_block_slots
+steps = []
+
+def comparing(original, backend, arguments_of=None):
+    ours = made(original, backend, arguments_of)
+    def prepare(*args, **kwargs):
+        a = inspect.signature(arguments_of or original).bind(*args, **kwargs).arguments
+        b = a["input_buffers"]
+        names = ["query_slot_mapping", "context_positions", "context_slot_mapping", "sample_indices",
+                 "sample_pos", "sample_idx_mapping", "temperature", "seeds"]
+        outs = [b.input_ids, b.positions, b.query_start_loc, b.seq_lens] + [a[n] for n in names]
+        start = [t.clone() for t in outs]
+        original(*args, **kwargs)
+        want = [t.clone() for t in outs]
+        for t, s in zip(outs, start):
+            t.copy_(s)
+        ours(*args, **kwargs)
+        names = ["input_ids", "positions", "query_start_loc", "seq_lens"] + names
+        steps.append([original.__module__, [n for n, t, w in zip(names, outs, want) if not torch.equal(t, w)]])
+    return prepare
+
+dflash_inputs.prepare_dflash_inputs_with_block_slots = comparing
+spec, prompts, lengths = json.loads(sys.argv[1])
+run = run_engine(EngineSpec(**spec), prompts, max_tokens=lengths)
+print(json.dumps({"error": run.error, "steps": steps, "accepted": run.num_accepted}))
+"""
+
+
+def test_block_inputs_equal_vllm_ascends_kernels_buffers(
+    ascend_engine_dir: Path, hybrid: TinyModels, tmp_path: Path
+) -> None:
+    """Every DFlash draft step on vllm-ascend's V2 runner: vllm-ascend's own Triton kernel (the global its
+    speculator rebinds in set_attn; vLLM's before that) and the plugin's prepare_block_slots path, run on the same
+    state, write equal buffers (ids, positions, query and context slots, query_start_loc, seq_lens, sampling rows
+    and state)."""
+    spec = {
+        "target": str(hybrid.target),
+        "hybrid": True,
+        "speculative": {"method": "dflash", "model": str(hybrid.dflash), "num_speculative_tokens": K},
+        "plugin": {},
+        "max_num_seqs": 2,
+    }
+    script = tmp_path / "compare.py"
+    script.write_text(_COMPARE_BUFFERS)
+    env = {**os.environ, **EMULATED_V2, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, str(script), json.dumps([spec, *RAGGED])],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["error"] is None, out["error"]
+    # vLLM's own kernel is the global until vllm-ascend's set_attn (the start-up's profiling draft step)
+    ascend_steps = [s for s in out["steps"] if s[0] == "vllm_ascend.worker.v2.spec_decode.dflash.speculator"]
+    assert len(ascend_steps) > 3 and out["accepted"] > 0, out["steps"]
+    assert [s for s in out["steps"] if s[1]] == [], out["steps"]

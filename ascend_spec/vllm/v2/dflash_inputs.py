@@ -30,10 +30,12 @@ from ascend_spec.ops import prepare_block_slots
 
 
 def prepare_dflash_inputs_with_block_slots(
-    original: Callable[..., None], backend: str
+    original: Callable[..., None], backend: str, arguments_of: Callable[..., None] | None = None
 ) -> Callable[..., None]:
-    """A drop-in for V2's ``prepare_dflash_inputs`` (same arguments, same buffers written)."""
-    signature = inspect.signature(original)
+    """A drop-in for V2's ``prepare_dflash_inputs`` (same arguments, same buffers written); ``original`` runs where
+    the op does not apply. ``arguments_of``: the function whose signature names the arguments (default
+    ``original``; vllm-ascend's replacement takes ``*args, **kwargs``)."""
+    signature = inspect.signature(arguments_of or original)
 
     @functools.wraps(original)
     def prepare(*args: Any, **kwargs: Any) -> None:
@@ -128,22 +130,34 @@ def _prepare(v: dict[str, Any], backend: str) -> None:
 
 
 def use_block_slots(speculator, backend: str) -> None:  # noqa: ANN001
-    """Make this speculator's ``propose`` prepare its block inputs with ``prepare_block_slots``."""
+    """Make this speculator's ``propose`` prepare its block inputs with ``prepare_block_slots``. What the global
+    holds when ``propose`` runs stays the fallback: vllm-ascend's V2 DFlash speculator rebinds it to its own
+    Triton kernel in ``set_attn`` (``vllm_ascend/worker/v2/spec_decode/dflash/speculator.py:135``; the same slots
+    as vLLM's without context parallelism)."""
     from vllm.v1.worker.gpu.spec_decode.dflash import speculator as dflash_module
 
     propose = speculator.propose
-    ours = prepare_dflash_inputs_with_block_slots(dflash_module.prepare_dflash_inputs, backend)
+    arguments_of = dflash_module.prepare_dflash_inputs  # vLLM's own, before any rebinding
     speculator._ascend_spec_block_slot_calls = (
         0  # draft steps prepared by the op (the e2e harness reports it)
     )
+    made: dict[int, Callable[..., None]] = {}
 
-    def counted(*args: Any, **kwargs: Any) -> None:
-        speculator._ascend_spec_block_slot_calls += 1
-        ours(*args, **kwargs)
+    def counted_for(upstream: Callable[..., None]) -> Callable[..., None]:
+        if id(upstream) not in made:
+            ours = prepare_dflash_inputs_with_block_slots(upstream, backend, arguments_of)
+
+            def counted(*args: Any, **kwargs: Any) -> None:
+                speculator._ascend_spec_block_slot_calls += 1
+                ours(*args, **kwargs)
+
+            made.clear()
+            made[id(upstream)] = counted
+        return made[id(upstream)]
 
     def propose_with_block_slots(self, *args: Any, **kwargs: Any):  # noqa: ANN001, ANN202
         upstream = dflash_module.prepare_dflash_inputs
-        dflash_module.prepare_dflash_inputs = counted
+        dflash_module.prepare_dflash_inputs = counted_for(upstream)
         try:
             return propose(*args, **kwargs)
         finally:

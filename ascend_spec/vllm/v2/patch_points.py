@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ascend_spec.vllm.patch_point import V2, V2_BLOCK_SLOTS, V2_RUNNER, PatchPoint
+from ascend_spec.vllm.patch_point import V2, V2_ALIGN, V2_BLOCK_SLOTS, V2_DYNAMIC, V2_RUNNER, PatchPoint
 
 V2_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
@@ -27,7 +27,8 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         "(each decode row's scheduled drafts, zero included; per-request accepted counts on the device) "
         "verified with ragged lengths",
         why="upstream V2 keeps 1 + K GDN state slots per request (MambaSpec.num_speculative_blocks = K)",
-        how="PluggableLayer.register_oot by v2_runner_init (the layer is the same class as on V1)",
+        how="PluggableLayer.register_oot by v2_runner_init (the layer is the same class as on V1; on "
+        "vllm-ascend's V2 runner the NPU layer of npu_gdn_layer)",
         remove_when="as gdn_layer",
         runner=V2_RUNNER,
         releases=V2,
@@ -42,7 +43,9 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         "no persistent batch, so removal from its request states is where a request leaves",
         how="instance attributes wrapping the bound methods; state slots (block_tables, the mamba group's "
         "column 0, or in align mode the running block's column) and accepted counts (model_state.num_accepted_tokens_gpu) gathered on the device, one "
-        "flush_pending per GDN layer per step; finish_requests' requests in one batch",
+        "flush_pending per GDN layer per step; finish_requests' requests in one batch; on vLLM 0.30.0 (whose "
+        "hybrid state runs a decode without drafts through the plain kernels) also the requests scheduled "
+        "without drafts",
         remove_when="the GDN verify lands in vLLM with its own request-lifecycle hook",
         runner=V2_RUNNER,
         releases=V2,
@@ -62,7 +65,7 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         "skipped); one read a step for the requests that move",
         remove_when="vLLM's align mode takes a ragged one-slot GDN verify (upstream #56466 on #49887)",
         runner=V2_RUNNER,
-        releases=V2,
+        releases=V2_ALIGN,
     ),
     PatchPoint(
         name="v2_dflash_inputs",
@@ -70,7 +73,8 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         "enabled runner's DFlash / DSpark speculator's propose runs)",
         what="the block's ids, positions and query slots and the accepted context's slots come from "
         "prepare_block_slots; V2's query_start_loc, seq_lens, sampling rows and sampling state are written as "
-        "V2's kernel writes them (equal buffers at every draft step, tested); cp_size > 1 runs V2's kernel",
+        "V2's kernel writes them (equal buffers at every draft step, tested); cp_size > 1 runs the kernel the "
+        "global held (on vllm-ascend's V2 runner its own Triton kernel, rebound in set_attn)",
         why="one op and one contract for block inputs across V1, V2 and vllm-ascend instead of each runner's "
         "own expansion kernel (on the CPU harness V2's interpreted kernel is most of a DFlash step)",
         how="instance attribute wrapping the speculator's propose: the global is swapped in for the call and "
@@ -97,7 +101,7 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         remove_when="V2's manager takes current-step confidences, a device split without graphs, measured "
         "costs and a plain-decoding option",
         runner=V2_RUNNER,
-        releases=V2,
+        releases=V2_DYNAMIC,
     ),
     PatchPoint(
         name="v2_dynamic_confidence",
@@ -111,7 +115,7 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         how="instance attributes set after load_model (ascend_spec/vllm/v2/dynamic_hooks.py)",
         remove_when="with v2_dynamic_manager",
         runner=V2_RUNNER,
-        releases=V2,
+        releases=V2_DYNAMIC,
     ),
     PatchPoint(
         name="v2_dynamic_take_drafts",
@@ -124,7 +128,7 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         "they are (no second plan); async scheduling keeps the in-step split",
         remove_when="V2's manager plans before the scheduler",
         runner=V2_RUNNER,
-        releases=V2,
+        releases=V2_DYNAMIC,
     ),
     PatchPoint(
         name="v2_dynamic_skip_drafter",
@@ -136,7 +140,7 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         how="instance attribute wrapping the bound method (outermost, around v2_dflash_inputs' wrapper)",
         remove_when="with v2_dynamic_manager",
         runner=V2_RUNNER,
-        releases=V2,
+        releases=V2_DYNAMIC,
     ),
     PatchPoint(
         name="v2_dynamic_estimate",
@@ -158,7 +162,7 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         remove_when="V2's adaptive verification estimates per-request acceptance for every speculator on the "
         "device",
         runner=V2_RUNNER,
-        releases=V2,
+        releases=V2_DYNAMIC,
     ),
     PatchPoint(
         name="v2_startup_log",

@@ -54,17 +54,25 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         if settings is None:
             original(self, vllm_config, *args, **kwargs)
             return
-        check_v2_engine(vllm_config, settings)
+        npu = is_npu_v2_runner(self)
+        if npu:
+            from ascend_spec.vllm.ascend import check_versions
+
+            check_versions()  # vllm-ascend's version matrix
+        check_v2_engine(vllm_config, settings, release)
         # An engine step must not pay the ops' value checks (host syncs): off unless the user sets them.
         os.environ.setdefault("ASCEND_SPEC_CHECKS", "0")
         if settings.gdn_verify:
-            register_gdn_layer()
+            register_gdn_layer(npu=npu)
         original(self, vllm_config, *args, **kwargs)
         self.ascend_spec = settings
         self.ascend_spec_release = release
         _install_runner_hooks(self)
         if settings.block_slots and release.v2_shims.dflash_inputs_from_block_slots:
-            _use_block_slots(self, settings)
+            if npu:  # vllm-ascend's __init__ replaces the speculator after vLLM's: hooked at load_model
+                self._ascend_spec_block_slots_pending = True
+            else:
+                _use_block_slots(self, settings)
         if settings.dynamic.enabled:
             from ascend_spec.vllm.v2.dynamic_hooks import install_v2_dynamic
 
@@ -74,9 +82,44 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
     return __init__
 
 
-def check_v2_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
-    """What the V2 hooks of this release serve, refused in one line with the setting to change (prefix caching
-    is served: v2/gdn_align.py)."""
+def is_npu_v2_runner(runner) -> bool:  # noqa: ANN001
+    """True for vllm-ascend's Model Runner V2 (``vllm_ascend.worker.v2.model_runner.NPUModelRunner``)."""
+    return any(
+        c.__name__ == "NPUModelRunner" and c.__module__ == "vllm_ascend.worker.v2.model_runner"
+        for c in type(runner).__mro__
+    )
+
+
+def check_v2_engine(
+    vllm_config,  # noqa: ANN001
+    settings: AscendSpecConfig,
+    release: VllmRelease | None = None,
+) -> None:
+    """What the V2 hooks of ``release`` (default: the installed one) serve, refused in one line with the setting
+    to change (prefix caching is served where the release's moves are 0.32.0's: v2/gdn_align.py)."""
+    if release is None:
+        from ascend_spec.vllm.releases import v2_release
+
+        release = v2_release()
+    where = f"on vLLM {release.version}'s Model Runner V2"
+    if settings.dynamic.enabled and not release.v2_shims.dynamic_verification:
+        raise ValueError(
+            f"additional_config['ascend_spec']['dynamic'] {where}: its adaptive verification is not the seam the "
+            "plugin's budgets replace (vLLM 0.32.0's); remove 'dynamic' (drafts are verified at full length) or "
+            "set VLLM_USE_V2_MODEL_RUNNER=0"
+        )
+    if (
+        settings.gdn_verify
+        and not release.v2_shims.prefix_caching_moves
+        and vllm_config.speculative_config is not None
+        and vllm_config.model_config.is_hybrid
+        and vllm_config.cache_config.mamba_cache_mode == "align"
+    ):
+        raise ValueError(
+            f"additional_config['ascend_spec']['gdn_verify'] with prefix caching {where}: its hybrid state's "
+            "block moves are not the ones the plugin's moves replace (vLLM 0.32.0's); start the engine with "
+            "enable_prefix_caching=False, set VLLM_USE_V2_MODEL_RUNNER=0, or set 'gdn_verify': false"
+        )
     if settings.dynamic.enabled:
         from ascend_spec.vllm.v2.dynamic_hooks import check_v2_dynamic_engine
 
@@ -103,6 +146,8 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
     remove_request = runner._remove_request
 
     def _load_model_with_log(self, *args: Any, **kwargs: Any):  # noqa: ANN202
+        if self.__dict__.pop("_ascend_spec_block_slots_pending", False):
+            _use_block_slots(self, self.ascend_spec)
         result = load_model(*args, **kwargs)
         self.__dict__.pop("_ascend_spec_gdn_layers", None)
         self.__dict__.pop("_ascend_spec_gdn_groups", None)
@@ -131,6 +176,8 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
 
         new_step()  # V2 calls finish_requests first in every real step
         leaving = scheduler_output.finished_req_ids | (scheduler_output.preempted_req_ids or set())
+        if self.ascend_spec_release.v2_shims.zero_draft_decodes_run_plain:
+            leaving = leaving | plain_decodes(self, scheduler_output)
         flush_leaving_requests(self, leaving)
         self._ascend_spec_flushed = leaving
         try:
@@ -148,6 +195,15 @@ def _install_runner_hooks(runner) -> None:  # noqa: ANN001
     runner.load_model = types.MethodType(_load_model_with_log, runner)
     runner.finish_requests = types.MethodType(_finish_requests_with_flush, runner)
     runner._remove_request = types.MethodType(_remove_request_with_flush, runner)
+
+
+def plain_decodes(runner, scheduler_output) -> set[str]:  # noqa: ANN001
+    """Requests V2 holds that this step schedules without drafts: on a release whose hybrid state runs them
+    through the GDN layer's plain kernels (``V2Shims.zero_draft_decodes_run_plain``), which start from the
+    committed state, their pending records are committed first. A request without records flushes nothing."""
+    drafts = scheduler_output.scheduled_spec_decode_tokens
+    index = runner.req_states.req_id_to_index
+    return {rid for rid in scheduler_output.num_scheduled_tokens if rid in index and not drafts.get(rid)}
 
 
 def flush_leaving_requests(runner, req_ids: Iterable[str]) -> None:  # noqa: ANN001

@@ -59,18 +59,36 @@ def install_interpreter() -> None:
 
 def _cann_extension() -> None:
     """``triton.language.extra.cann.extension``: triton-ascend's ops that vllm-ascend resolves at import
-    (ops/triton/triton_utils.py:61-64); no kernel the emulated runner runs calls them, so each raises if one does."""
+    (ops/triton/triton_utils.py:61-64). ``get_element`` (a block's element as a scalar: the greedy rejection
+    kernel, ops/triton/reject_sample.py:121-124) is emulated; no kernel the emulated runner runs calls the
+    others, so each raises if one does."""
     import triton.language.extra as extra
 
     extension = types.ModuleType("triton.language.extra.cann.extension")
-    for name in ("insert_slice", "extract_slice", "get_element"):
+    for name in ("insert_slice", "extract_slice"):
         setattr(extension, name, _unemulated(name))
+    extension.get_element = get_element
     cann = types.ModuleType("triton.language.extra.cann")
     cann.__path__ = []
     cann.extension = extension
     sys.modules["triton.language.extra.cann"] = cann
     sys.modules["triton.language.extra.cann.extension"] = extension
     extra.cann = cann
+
+
+def get_element(src, indice, _semantic=None):  # noqa: ANN001, ANN201 - interpreter tensors
+    """triton-ascend's ``get_element(src, (i, ...))`` under the interpreter: element ``indice`` of block ``src``,
+    a scalar of its element type."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    index = tuple(int(i.handle.data.item()) if isinstance(i, tl.tensor) else int(i) for i in indice)
+    data = src.handle.data
+    if len(index) != data.ndim or any(not 0 <= i < n for i, n in zip(index, data.shape)):
+        raise IndexError(f"get_element: indice {index} outside a block of shape {data.shape}")
+    scalar = src.dtype  # a block's element type
+    return tl.tensor(TensorHandle(np.array([data[index]], dtype=data.dtype), scalar), scalar)
 
 
 def _unemulated(name: str):  # noqa: ANN202
