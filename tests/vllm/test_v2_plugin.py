@@ -8,6 +8,8 @@ match); every V2 run must report that the worker built V2 (V2 falls back to V1 s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from engine_helpers import (
     ONE_OMP_THREAD,
@@ -145,35 +147,13 @@ def test_dflash_block_inputs_from_prepare_block_slots(engine_dir, hybrid_low_ent
 
 _COMPARE_BUFFERS = """
 import json, sys
+sys.path.insert(0, sys.argv[2])
+from block_inputs_compare import record_block_input_steps
 from ascend_spec.e2e.cpu_v2 import select_model_runner
 select_model_runner("v2")
-import torch
 from ascend_spec.e2e.engine import EngineSpec, run_engine
-from ascend_spec.vllm.v2 import dflash_inputs
 
-made = dflash_inputs.prepare_dflash_inputs_with_block_slots
-steps = []
-
-def comparing(original, backend, arguments_of=None):
-    ours = made(original, backend, arguments_of)
-    def prepare(*args, **kwargs):
-        import inspect
-        a = inspect.signature(arguments_of or original).bind(*args, **kwargs).arguments
-        b = a["input_buffers"]
-        names = ["query_slot_mapping", "context_positions", "context_slot_mapping", "sample_indices",
-                 "sample_pos", "sample_idx_mapping", "temperature", "seeds"]
-        outs = [b.input_ids, b.positions, b.query_start_loc, b.seq_lens] + [a[n] for n in names]
-        start = [t.clone() for t in outs]
-        original(*args, **kwargs)
-        want = [t.clone() for t in outs]
-        for t, s in zip(outs, start):
-            t.copy_(s)
-        ours(*args, **kwargs)
-        names = ["input_ids", "positions", "query_start_loc", "seq_lens"] + names
-        steps.append([n for n, t, w in zip(names, outs, want) if not torch.equal(t, w)])
-    return prepare
-
-dflash_inputs.prepare_dflash_inputs_with_block_slots = comparing
+steps = record_block_input_steps()
 spec, prompts, lengths = json.loads(sys.argv[1])
 run = run_engine(EngineSpec(**spec), prompts, max_tokens=lengths)
 print(json.dumps({"error": run.error, "steps": steps, "accepted": run.num_accepted}))
@@ -207,7 +187,7 @@ def test_block_inputs_equal_v2_kernels_buffers(engine_dir, models_dir, drafter, 
     env.update(ONE_OMP_THREAD, VLLM_ENABLE_V1_MULTIPROCESSING="0", TMPDIR=str(tmp_path))
     arg = json.dumps([spec, V2_PROMPTS, V2_LENGTHS])
     proc = subprocess.run(
-        [sys.executable, str(script), arg],
+        [sys.executable, str(script), arg, str(Path(__file__).parent)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -218,4 +198,4 @@ def test_block_inputs_equal_v2_kernels_buffers(engine_dir, models_dir, drafter, 
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["error"] is None, out["error"]
     assert len(out["steps"]) > 0 and out["accepted"] > 0
-    assert [s for s in out["steps"] if s] == [], out["steps"]
+    assert [s for s in out["steps"] if s[1]] == [], out["steps"]

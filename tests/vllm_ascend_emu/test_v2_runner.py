@@ -233,33 +233,12 @@ def test_plugin_refuses_dynamic_on_vllm_ascend_v2_in_one_line(
 
 
 _COMPARE_BUFFERS = """
-import inspect, json, sys
-import torch
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from block_inputs_compare import record_block_input_steps
 from ascend_spec.e2e.engine import EngineSpec, run_engine
-from ascend_spec.vllm.v2 import dflash_inputs
 
-made = dflash_inputs.prepare_dflash_inputs_with_block_slots
-steps = []
-
-def comparing(original, backend, arguments_of=None):
-    ours = made(original, backend, arguments_of)
-    def prepare(*args, **kwargs):
-        a = inspect.signature(arguments_of or original).bind(*args, **kwargs).arguments
-        b = a["input_buffers"]
-        names = ["query_slot_mapping", "context_positions", "context_slot_mapping", "sample_indices",
-                 "sample_pos", "sample_idx_mapping", "temperature", "seeds"]
-        outs = [b.input_ids, b.positions, b.query_start_loc, b.seq_lens] + [a[n] for n in names]
-        start = [t.clone() for t in outs]
-        original(*args, **kwargs)
-        want = [t.clone() for t in outs]
-        for t, s in zip(outs, start):
-            t.copy_(s)
-        ours(*args, **kwargs)
-        names = ["input_ids", "positions", "query_start_loc", "seq_lens"] + names
-        steps.append([original.__module__, [n for n, t, w in zip(names, outs, want) if not torch.equal(t, w)]])
-    return prepare
-
-dflash_inputs.prepare_dflash_inputs_with_block_slots = comparing
+steps = record_block_input_steps()
 spec, prompts, lengths = json.loads(sys.argv[1])
 run = run_engine(EngineSpec(**spec), prompts, max_tokens=lengths)
 print(json.dumps({"error": run.error, "steps": steps, "accepted": run.num_accepted}))
@@ -284,7 +263,7 @@ def test_block_inputs_equal_vllm_ascends_kernels_buffers(
     script.write_text(_COMPARE_BUFFERS)
     env = {**os.environ, **EMULATED_V2, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TMPDIR": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, str(script), json.dumps([spec, *RAGGED])],
+        [sys.executable, str(script), json.dumps([spec, *RAGGED]), str(Path(__file__).parents[1] / "vllm")],
         capture_output=True,
         text=True,
         timeout=1200,
