@@ -1,14 +1,64 @@
 """For the block-input tests' engine processes: every draft step runs the kernel the runner would run and the
 plugin's ``prepare_block_slots`` path on the same state and records which buffers differ.
 
-Imported by the scripts of ``tests/vllm/test_v2_plugin.py`` (vLLM's own V2 kernel) and
-``tests/vllm_ascend_emu/test_v2_runner.py`` (vllm-ascend's) before the engine starts.
+:func:`compare_block_inputs` runs one engine so in a child process (used by ``tests/vllm/test_v2_plugin.py``
+against vLLM's own V2 kernel, ``tests/vllm_ascend_emu/test_v2_runner.py`` against vllm-ascend's).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+
+_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from block_inputs_compare import record_block_input_steps
+if sys.argv[3] == "cpu_v2":
+    from ascend_spec.e2e.cpu_v2 import select_model_runner
+    select_model_runner("v2")
+from ascend_spec.e2e.engine import EngineSpec, run_engine
+
+steps = record_block_input_steps()
+spec, prompts, lengths = json.loads(sys.argv[1])
+run = run_engine(EngineSpec(**spec), prompts, max_tokens=lengths)
+print(json.dumps({"error": run.error, "steps": steps, "accepted": run.num_accepted}))
+"""
+
+
+def compare_block_inputs(
+    spec: dict,
+    prompts: list[list[int]],
+    max_tokens: list[int],
+    *,
+    work: Path,
+    env: dict[str, str],
+    cpu_v2: bool,
+    timeout: int,
+) -> dict:
+    """One engine (``spec``: EngineSpec's fields) in a child process of this interpreter, every draft step
+    compared: ``{"error", "steps": [[kernel module, differing buffers], ...], "accepted"}``. ``cpu_v2``: V2 on
+    the CPU through the test harness."""
+    script = work / "compare_block_inputs.py"
+    script.write_text(_SCRIPT)
+    args = [json.dumps([spec, prompts, max_tokens]), str(Path(__file__).parent), "cpu_v2" if cpu_v2 else "-"]
+    proc = subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=work,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["error"] is None, out["error"]
+    return out
+
 
 _SAMPLING = (
     "query_slot_mapping",

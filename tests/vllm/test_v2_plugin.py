@@ -8,9 +8,8 @@ match); every V2 run must report that the worker built V2 (V2 falls back to V1 s
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from block_inputs_compare import compare_block_inputs
 from engine_helpers import (
     ONE_OMP_THREAD,
     PREEMPTION_KV_CACHE_BYTES,
@@ -145,29 +144,11 @@ def test_dflash_block_inputs_from_prepare_block_slots(engine_dir, hybrid_low_ent
     )
 
 
-_COMPARE_BUFFERS = """
-import json, sys
-sys.path.insert(0, sys.argv[2])
-from block_inputs_compare import record_block_input_steps
-from ascend_spec.e2e.cpu_v2 import select_model_runner
-select_model_runner("v2")
-from ascend_spec.e2e.engine import EngineSpec, run_engine
-
-steps = record_block_input_steps()
-spec, prompts, lengths = json.loads(sys.argv[1])
-run = run_engine(EngineSpec(**spec), prompts, max_tokens=lengths)
-print(json.dumps({"error": run.error, "steps": steps, "accepted": run.num_accepted}))
-"""
-
-
 @pytest.mark.parametrize("drafter", ["dflash-hybrid", "dspark-dense"])
-def test_block_inputs_equal_v2_kernels_buffers(engine_dir, models_dir, drafter, tmp_path):
+def test_block_inputs_equal_v2_kernels_buffers(models_dir, drafter, tmp_path):
     """Every draft step: V2's own kernel and the prepare_block_slots path, run on the same state, write equal
     buffers (ids, positions, query and context slots, query_start_loc, seq_lens, sampling rows and state)."""
-    import json
     import os
-    import subprocess
-    import sys
 
     from ascend_spec.e2e.tiny_models import make_tiny_models
 
@@ -181,21 +162,8 @@ def test_block_inputs_equal_v2_kernels_buffers(engine_dir, models_dir, drafter, 
         "plugin": PLUGIN,
         "runner": "v2",
     }
-    script = tmp_path / "compare.py"
-    script.write_text(_COMPARE_BUFFERS)
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "VLLM_USE_V2_MODEL_RUNNER")}
     env.update(ONE_OMP_THREAD, VLLM_ENABLE_V1_MULTIPROCESSING="0", TMPDIR=str(tmp_path))
-    arg = json.dumps([spec, V2_PROMPTS, V2_LENGTHS])
-    proc = subprocess.run(
-        [sys.executable, str(script), arg, str(Path(__file__).parent)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=engine_dir,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["error"] is None, out["error"]
+    out = compare_block_inputs(spec, V2_PROMPTS, V2_LENGTHS, work=tmp_path, env=env, cpu_v2=True, timeout=600)
     assert len(out["steps"]) > 0 and out["accepted"] > 0
     assert [s for s in out["steps"] if s[1]] == [], out["steps"]

@@ -22,6 +22,7 @@ from ascend_spec.e2e.engine import EngineRun, EngineSpec, run_isolated
 from ascend_spec.e2e.tiny_models import TinyModels, make_tiny_models
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "vllm"))  # the engine tests' bf16-tie rule
+from block_inputs_compare import compare_block_inputs  # noqa: E402
 from engine_helpers import assert_matches_plain  # noqa: E402
 
 pytestmark = [needs_vllm_ascend, pytest.mark.slow]
@@ -232,19 +233,6 @@ def test_plugin_refuses_dynamic_on_vllm_ascend_v2_in_one_line(
     assert "on vLLM 0.30.0's Model Runner V2" in line and "VLLM_USE_V2_MODEL_RUNNER=0" in line, line
 
 
-_COMPARE_BUFFERS = """
-import json, sys
-sys.path.insert(0, sys.argv[2])
-from block_inputs_compare import record_block_input_steps
-from ascend_spec.e2e.engine import EngineSpec, run_engine
-
-steps = record_block_input_steps()
-spec, prompts, lengths = json.loads(sys.argv[1])
-run = run_engine(EngineSpec(**spec), prompts, max_tokens=lengths)
-print(json.dumps({"error": run.error, "steps": steps, "accepted": run.num_accepted}))
-"""
-
-
 def test_block_inputs_equal_vllm_ascends_kernels_buffers(
     ascend_engine_dir: Path, hybrid: TinyModels, tmp_path: Path
 ) -> None:
@@ -259,20 +247,8 @@ def test_block_inputs_equal_vllm_ascends_kernels_buffers(
         "plugin": {},
         "max_num_seqs": 2,
     }
-    script = tmp_path / "compare.py"
-    script.write_text(_COMPARE_BUFFERS)
     env = {**os.environ, **EMULATED_V2, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TMPDIR": str(tmp_path)}
-    proc = subprocess.run(
-        [sys.executable, str(script), json.dumps([spec, *RAGGED]), str(Path(__file__).parents[1] / "vllm")],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["error"] is None, out["error"]
+    out = compare_block_inputs(spec, *RAGGED, work=tmp_path, env=env, cpu_v2=False, timeout=1200)
     # vLLM's own kernel is the global until vllm-ascend's set_attn (the start-up's profiling draft step)
     ascend_steps = [s for s in out["steps"] if s[0] == "vllm_ascend.worker.v2.spec_decode.dflash.speculator"]
     assert len(ascend_steps) > 3 and out["accepted"] > 0, out["steps"]
