@@ -517,3 +517,16 @@ def test_draft_capture_sizes_must_be_whole_requests(fake_tree, npu_vllm, isolate
     )
     with pytest.raises(ValueError, match=r"multiples of the drafter's 4 tokens per request; got \[6\]"):
         _runner(config)
+
+
+def test_npu_runner_is_told_by_the_module_of_its_class() -> None:
+    """vllm-ascend names both of its runners NPUModelRunner: V1's hooks take one, V2's the other, and a
+    subclass of either counts as it."""
+    from ascend_spec.vllm.ascend import RUNNER_MODULE, V2_RUNNER_MODULE
+
+    v1 = type("NPUModelRunner", (), {"__module__": RUNNER_MODULE})
+    v2 = type("NPUModelRunner", (), {"__module__": V2_RUNNER_MODULE})
+    sub = type("Mine", (v2,), {"__module__": "elsewhere"})
+    assert is_npu_runner(v1()) and not is_npu_runner(v1(), V2_RUNNER_MODULE)
+    assert is_npu_runner(v2(), V2_RUNNER_MODULE) and not is_npu_runner(v2())
+    assert is_npu_runner(sub(), V2_RUNNER_MODULE) and not is_npu_runner(sub())

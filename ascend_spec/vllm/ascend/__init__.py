@@ -25,6 +25,7 @@ import importlib.util
 from typing import Any
 
 RUNNER_MODULE = "vllm_ascend.worker.model_runner_v1"
+V2_RUNNER_MODULE = "vllm_ascend.worker.v2.model_runner"
 RUNNER_CLASS = "NPUModelRunner"
 
 
@@ -32,9 +33,10 @@ def vllm_ascend_importable() -> bool:
     return importlib.util.find_spec("vllm_ascend") is not None
 
 
-def is_npu_runner(runner: Any) -> bool:
-    """True for vllm-ascend's NPUModelRunner and its subclasses (never true without vllm_ascend)."""
-    return any(c.__name__ == RUNNER_CLASS and c.__module__ == RUNNER_MODULE for c in type(runner).__mro__)
+def is_npu_runner(runner: Any, module: str = RUNNER_MODULE) -> bool:
+    """True for vllm-ascend's NPUModelRunner defined in ``module`` (default: its Model Runner V1's;
+    ``V2_RUNNER_MODULE``: its Model Runner V2) and its subclasses; never true without vllm_ascend."""
+    return any(c.__name__ == RUNNER_CLASS and c.__module__ == module for c in type(runner).__mro__)
 
 
 def check_versions() -> None:

@@ -54,7 +54,9 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         if settings is None:
             original(self, vllm_config, *args, **kwargs)
             return
-        npu = is_npu_v2_runner(self)
+        from ascend_spec.vllm.ascend import V2_RUNNER_MODULE, is_npu_runner
+
+        npu = is_npu_runner(self, V2_RUNNER_MODULE)
         if npu:
             from ascend_spec.vllm.ascend import check_versions
 
@@ -80,14 +82,6 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
 
     __init__._ascend_spec_v2 = True
     return __init__
-
-
-def is_npu_v2_runner(runner) -> bool:  # noqa: ANN001
-    """True for vllm-ascend's Model Runner V2 (``vllm_ascend.worker.v2.model_runner.NPUModelRunner``)."""
-    return any(
-        c.__name__ == "NPUModelRunner" and c.__module__ == "vllm_ascend.worker.v2.model_runner"
-        for c in type(runner).__mro__
-    )
 
 
 def check_v2_engine(
