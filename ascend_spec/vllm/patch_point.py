@@ -17,7 +17,6 @@ V2_BLOCK_SLOTS = tuple(
     f"vLLM {v}" for v, r in V2_RELEASES.items() if r.v2_shims.dflash_inputs_from_block_slots
 )
 V2_DYNAMIC = tuple(f"vLLM {v}" for v, r in V2_RELEASES.items() if r.v2_shims.dynamic_verification)
-V2_ALIGN = tuple(f"vLLM {v}" for v, r in V2_RELEASES.items() if r.v2_shims.prefix_caching_moves)
 VLLM_ASCEND = ("vllm-ascend 0.30.0rc2 with vLLM 0.30.0",)
 EVERY_SUPPORTED = tuple(f"vLLM {v}" for v in dict.fromkeys([*V1_RELEASES, *V2_RELEASES])) + VLLM_ASCEND
 

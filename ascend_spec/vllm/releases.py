@@ -83,9 +83,6 @@ class V2Shims:
     # The runner's adaptive-verification seam the plugin's dynamic verification replaces (reallocate_drafts,
     # record_confidences, ...) is 0.32.0's; False: `dynamic` is refused on this release's V2.
     dynamic_verification: bool = True
-    # The hybrid model state's align-mode moves (preprocess_state / postprocess_state) are 0.32.0's, which the
-    # plugin's replace (v2_gdn_align_moves); False: GDN verification with prefix caching is refused.
-    prefix_caching_moves: bool = True
 
 
 @dataclass(frozen=True)
@@ -145,8 +142,12 @@ V1_RELEASES: dict[str, VllmRelease] = {
 #   vllm-ascend's DFlash speculator to its own Triton kernel (vllm_ascend spec_decode/dflash/speculator.py:135),
 #   whose slots equal vLLM's without context parallelism (ops/triton/v2/spec_decode/prepare_dflash_inputs.py:
 #   47-82): the plugin's block inputs replace it there, that kernel the fallback (cp_size > 1);
-# * prefix caching: 0.30.0's preprocess_state is not 0.32.0's and vllm-ascend's adds a layerwise KV-pool copy
-#   path the plugin's moves do not follow: GDN verification with prefix caching is refused (check_v2_engine).
+# * prefix caching: 0.30.0's preprocess_state / postprocess_state have 0.32.0's signatures and state
+#   (_mamba_state_idx_gpu, num_accepted_tokens_gpu, block_tables.block_tables[gid].gpu); only its align context
+#   is built lazily (_ensure_align_ctx), which the plugin's moves do not use: v2_gdn_align_moves serves it
+#   (tests/vllm_ascend_emu/test_prefix_caching.py). vllm-ascend's AscendMambaHybridModelState defers the
+#   pre-copy per layer for a layerwise KV pool; the plugin's moves run before the forward, so GDN verification
+#   with prefix caching and kv_transfer_config is refused on vllm-ascend's runners (ascend/gdn.py).
 V2_RELEASES: dict[str, VllmRelease] = {
     "0.30.0": VllmRelease(
         "0.30.0",
@@ -155,7 +156,6 @@ V2_RELEASES: dict[str, VllmRelease] = {
         v2_shims=V2Shims(
             zero_draft_decodes_run_plain=True,
             dynamic_verification=False,
-            prefix_caching_moves=False,
         ),
     ),
     "0.32.0": VllmRelease(

@@ -168,7 +168,10 @@ def main(request: str, result: str) -> None:
     data = json.loads(Path(request).read_text())
     from ascend_spec.e2e.cpu_v2 import select_model_runner
 
-    select_model_runner(data["spec"].get("runner", "v1"))  # before vLLM is imported (Model Runner V2: Triton)
+    if (
+        data["spec"].get("runner", "v1") != "v1"
+    ):  # as start_engine: "v1" leaves the engine's default (env) alone
+        select_model_runner(data["spec"]["runner"])  # before vLLM is imported (Model Runner V2: Triton)
     hits: dict = {}
     boundaries: dict = {}
     _record_hit_states(hits)

@@ -530,3 +530,29 @@ def test_npu_runner_is_told_by_the_module_of_its_class() -> None:
     assert is_npu_runner(v1()) and not is_npu_runner(v1(), V2_RUNNER_MODULE)
     assert is_npu_runner(v2(), V2_RUNNER_MODULE) and not is_npu_runner(v2())
     assert is_npu_runner(sub(), V2_RUNNER_MODULE) and not is_npu_runner(sub())
+
+
+def test_prefix_caching_with_a_kv_connector_is_refused_on_vllm_ascend_in_one_line() -> None:
+    """vllm-ascend's KV pool moves a cached GDN state per layer after its load; the plugin's block moves run
+    before the forward: GDN verification with prefix caching and a KV transfer connector is refused on its
+    runners (one line), and served without the connector, without prefix caching or without GDN verification."""
+    from types import SimpleNamespace
+
+    from ascend_spec.vllm.ascend.gdn import check_npu_gdn_engine
+
+    def engine(mode: str, connector: object | None) -> SimpleNamespace:
+        return SimpleNamespace(
+            model_config=SimpleNamespace(is_hybrid=True),
+            speculative_config=SimpleNamespace(method="mtp"),
+            cache_config=SimpleNamespace(mamba_cache_mode=mode),
+            kv_transfer_config=connector,
+        )
+
+    pool = SimpleNamespace(kv_connector="AscendStoreConnector")
+    check_npu_gdn_engine(engine("align", None), True)
+    check_npu_gdn_engine(engine("none", pool), True)
+    check_npu_gdn_engine(engine("align", pool), False)
+    with pytest.raises(ValueError) as refused:
+        check_npu_gdn_engine(engine("align", pool), True)
+    line = str(refused.value)
+    assert "\n" not in line and "kv_transfer_config" in line and "'gdn_verify': false" in line, line

@@ -33,6 +33,26 @@ from ascend_spec.backend import ascendc_extension_loaded
 from ascend_spec.vllm.gdn_layer import AscendSpecGDNAttention
 
 
+def check_npu_gdn_engine(vllm_config, gdn_verify: bool) -> None:  # noqa: ANN001
+    """On vllm-ascend's runners (V1 and V2), prefix caching with a KV transfer connector moves a cached block's
+    GDN state per layer, after that layer's remote load (its layerwise KV pool's ``prepare_mamba_state_copy``);
+    the plugin's block moves run before the forward, so they would read a state not loaded yet: refused in one
+    line."""
+    if (
+        gdn_verify
+        and vllm_config.speculative_config is not None
+        and vllm_config.model_config.is_hybrid
+        and vllm_config.cache_config.mamba_cache_mode == "align"
+        and getattr(vllm_config, "kv_transfer_config", None) is not None
+    ):
+        raise ValueError(
+            "additional_config['ascend_spec']['gdn_verify'] with prefix caching and kv_transfer_config on "
+            "vllm-ascend: its KV pool loads cached GDN states layer by layer during the forward, after the "
+            "plugin's block moves; start the engine without kv_transfer_config, with enable_prefix_caching=False, "
+            "or set 'gdn_verify': false"
+        )
+
+
 def npu_layer_backend(device_type: str, extension_loaded: bool) -> str:
     """What ``"auto"`` means for the NPU layer's verify pair. vllm-ascend keeps the GDN state value-major
     (:meth:`AscendSpecNPUGDNAttention._ssm_pool`): on an NPU the AscendC kernels take that layout in place, the

@@ -127,6 +127,10 @@ def _check_engine(vllm_config, settings: AscendSpecConfig, *, npu: bool = False)
             "synchronous scheduling in this release (not tested with its async scheduling); start the engine with "
             "async_scheduling=False (--no-async-scheduling) or set 'gdn_verify': false"
         )
+    if npu:
+        from ascend_spec.vllm.ascend.gdn import check_npu_gdn_engine
+
+        check_npu_gdn_engine(vllm_config, settings.gdn_verify)
     check_gdn_engine(vllm_config, settings)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ascend_spec.vllm.patch_point import V2, V2_ALIGN, V2_BLOCK_SLOTS, V2_DYNAMIC, V2_RUNNER, PatchPoint
+from ascend_spec.vllm.patch_point import V2, V2_BLOCK_SLOTS, V2_DYNAMIC, V2_RUNNER, PatchPoint
 
 V2_POINTS: tuple[PatchPoint, ...] = (
     PatchPoint(
@@ -65,7 +65,7 @@ V2_POINTS: tuple[PatchPoint, ...] = (
         "skipped); one read a step for the requests that move",
         remove_when="vLLM's align mode takes a ragged one-slot GDN verify (upstream #56466 on #49887)",
         runner=V2_RUNNER,
-        releases=V2_ALIGN,
+        releases=V2,
     ),
     PatchPoint(
         name="v2_dflash_inputs",

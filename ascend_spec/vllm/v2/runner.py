@@ -59,8 +59,10 @@ def wrap_runner_init(original: Callable[..., None], release: VllmRelease) -> Cal
         npu = is_npu_runner(self, V2_RUNNER_MODULE)
         if npu:
             from ascend_spec.vllm.ascend import check_versions
+            from ascend_spec.vllm.ascend.gdn import check_npu_gdn_engine
 
             check_versions()  # vllm-ascend's version matrix
+            check_npu_gdn_engine(vllm_config, settings.gdn_verify)
         check_v2_engine(vllm_config, settings, release)
         # An engine step must not pay the ops' value checks (host syncs): off unless the user sets them.
         os.environ.setdefault("ASCEND_SPEC_CHECKS", "0")
@@ -90,7 +92,7 @@ def check_v2_engine(
     release: VllmRelease | None = None,
 ) -> None:
     """What the V2 hooks of ``release`` (default: the installed one) serve, refused in one line with the setting
-    to change (prefix caching is served where the release's moves are 0.32.0's: v2/gdn_align.py)."""
+    to change."""
     if release is None:
         from ascend_spec.vllm.releases import v2_release
 
@@ -101,18 +103,6 @@ def check_v2_engine(
             f"additional_config['ascend_spec']['dynamic'] {where}: its adaptive verification is not the seam the "
             "plugin's budgets replace (vLLM 0.32.0's); remove 'dynamic' (drafts are verified at full length) or "
             "set VLLM_USE_V2_MODEL_RUNNER=0"
-        )
-    if (
-        settings.gdn_verify
-        and not release.v2_shims.prefix_caching_moves
-        and vllm_config.speculative_config is not None
-        and vllm_config.model_config.is_hybrid
-        and vllm_config.cache_config.mamba_cache_mode == "align"
-    ):
-        raise ValueError(
-            f"additional_config['ascend_spec']['gdn_verify'] with prefix caching {where}: its hybrid state's "
-            "block moves are not the ones the plugin's moves replace (vLLM 0.32.0's); start the engine with "
-            "enable_prefix_caching=False, set VLLM_USE_V2_MODEL_RUNNER=0, or set 'gdn_verify': false"
         )
     if settings.dynamic.enabled:
         from ascend_spec.vllm.v2.dynamic_hooks import check_v2_dynamic_engine
