@@ -36,7 +36,7 @@ setup_pid=$!
 export TRITON_INTERPRET=1 ASCEND_SPEC_CHECKS=1
 ruff check .
 ruff format --check .
-python -m pytest -q -n "${ASCEND_SPEC_TEST_WORKERS:-2}" --dist loadfile "$@"
+python -m pytest -q -n "${ASCEND_SPEC_TEST_WORKERS:-2}" --dist loadfile --durations=25 "$@"
 [ -n "$matrix" ] || [ "$ascend" = 1 ] || exit 0
 deactivate
 wait "$setup_pid"
@@ -51,7 +51,7 @@ engine_matrix() {
     py=".venv-vllm-$release/bin/python"
     selection=$("$py" -c "from ascend_spec.vllm.releases import v1_release; print('matrix or inert' if v1_release() else 'inert')")
     echo "engine matrix: vLLM $release, tests marked '$selection'"
-    "$py" -m pytest -q -m "$selection" tests/vllm || return 1
+    "$py" -m pytest -q --durations=10 -m "$selection" tests/vllm || return 1
     echo "engine matrix: vLLM $release took $(($(date +%s) - start)) s"
   done
 }
@@ -64,7 +64,7 @@ emulated_npu() {
   fi
   start=$(date +%s)
   echo "vllm-ascend 0.30.0rc2 on the emulated NPU"
-  .venv-vllm-ascend/bin/python -m pytest -q tests/vllm_ascend_emu || return 1
+  .venv-vllm-ascend/bin/python -m pytest -q --durations=15 tests/vllm_ascend_emu || return 1
   echo "vllm-ascend took $(($(date +%s) - start)) s"
 }
 # Two lanes, one engine process each: the matrix releases one after another, and beside them the vllm-ascend

@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ascend_spec.e2e.engine import EngineRun
+
 _SCRIPT = """
-import json, sys
+import dataclasses, json, sys
 sys.path.insert(0, sys.argv[2])
 from block_inputs_compare import record_block_input_steps
 if sys.argv[3] == "cpu_v2":
@@ -24,9 +26,9 @@ if sys.argv[3] == "cpu_v2":
 from ascend_spec.e2e.engine import EngineSpec, run_engine
 
 steps = record_block_input_steps()
-spec, prompts, lengths = json.loads(sys.argv[1])
-run = run_engine(EngineSpec(**spec), prompts, max_tokens=lengths)
-print(json.dumps({"error": run.error, "steps": steps, "accepted": run.num_accepted}))
+spec, prompts, lengths, logprobs = json.loads(sys.argv[1])
+run = run_engine(EngineSpec(**spec), prompts, max_tokens=lengths, logprobs=logprobs)
+print(json.dumps({"error": run.error, "steps": steps, "run": dataclasses.asdict(run)}))
 """
 
 
@@ -39,13 +41,15 @@ def compare_block_inputs(
     env: dict[str, str],
     cpu_v2: bool,
     timeout: int,
+    logprobs: bool = False,
 ) -> dict:
     """One engine (``spec``: EngineSpec's fields) in a child process of this interpreter, every draft step
-    compared: ``{"error", "steps": [[kernel module, differing buffers], ...], "accepted"}``. ``cpu_v2``: V2 on
-    the CPU through the test harness."""
+    compared: ``{"error", "steps": [[kernel module, differing buffers], ...], "run": its EngineRun}``.
+    ``cpu_v2``: V2 on the CPU through the test harness."""
     script = work / "compare_block_inputs.py"
     script.write_text(_SCRIPT)
-    args = [json.dumps([spec, prompts, max_tokens]), str(Path(__file__).parent), "cpu_v2" if cpu_v2 else "-"]
+    request = json.dumps([spec, prompts, max_tokens, logprobs])
+    args = [request, str(Path(__file__).parent), "cpu_v2" if cpu_v2 else "-"]
     proc = subprocess.run(
         [sys.executable, str(script), *args],
         capture_output=True,
@@ -57,6 +61,9 @@ def compare_block_inputs(
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["error"] is None, out["error"]
+    run = out["run"]
+    run["top2"] = [[tuple(x) for x in row] for row in run["top2"]]
+    out["run"] = EngineRun(**run)
     return out
 
 

@@ -2,7 +2,8 @@
 NPU's second mode (``ASCEND_SPEC_EMULATED_NPU=v2``: Triton's interpreter on CPU tensors, emulated_npu/
 triton_interpreter.py), against plain decoding by vLLM's CPU engine in the same venv; the interpreter repairs that
 mode makes, against PyTorch; the plugin's GDN verification on that runner (MTP and DFlash on the hybrid), DFlash's
-block inputs against vllm-ascend's kernel, and the one-line refusal of dynamic verification there.
+block inputs against vllm-ascend's kernel. Its refusal of dynamic verification there is check_v2_engine's
+(tests/vllm/test_vllm_install.py), reached through the same runner hook these engines show running.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ from engine_helpers import assert_matches_plain  # noqa: E402
 pytestmark = [needs_vllm_ascend, pytest.mark.slow]
 
 V2_RUNNER = "vllm_ascend.worker.v2.model_runner.NPUModelRunner"
-PROMPTS = [[1, 5, 9, 20, 33], [7, 8, 2, 4], [3, 14, 15, 92, 65, 35, 89, 79, 32]]
-MAX_TOKENS = [12, 10, 11]
 K = 3
 # Requests that reach max_model_len (prompt + max_tokens = 16, 25, 28, 28 of 28): V2's scheduler caps their last
 # steps' drafts at max_model_len - computed - 1 (tests/vllm/test_v2_plugin.py's ragged case).
@@ -123,21 +122,11 @@ def hybrid(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     return make_tiny_models(tmp_path_factory.mktemp("ascend_v2"), hybrid=True, low_entropy=True)
 
 
-def _run(
-    work: Path, spec: EngineSpec, env: dict[str, str], requests: tuple = (PROMPTS, MAX_TOKENS)
-) -> EngineRun:
+def _run(work: Path, spec: EngineSpec, env: dict[str, str], requests: tuple = RAGGED) -> EngineRun:
     prompts, max_tokens = requests
     return run_isolated(
         spec, prompts, work_dir=work, env=env, max_tokens=max_tokens, logprobs=True, timeout=1200
     )
-
-
-@pytest.fixture(scope="module")
-def plain_hybrid(ascend_engine_dir: Path, hybrid: TinyModels) -> EngineRun:
-    """Plain decoding of the hybrid by vLLM's CPU engine in the same venv: the oracle."""
-    plain = _run(ascend_engine_dir / "v2_plain_cpu", EngineSpec(target=hybrid.target, hybrid=True), PLAIN_CPU)
-    assert plain.error is None, plain.error
-    return plain
 
 
 @pytest.fixture(scope="module")
@@ -159,97 +148,73 @@ def plain_long(ascend_engine_dir: Path, hybrid: TinyModels) -> EngineRun:
 
 
 def test_vllm_ascend_v2_runner_decodes_as_plain_cpu(
-    ascend_engine_dir: Path, hybrid: TinyModels, plain_hybrid: EngineRun
+    ascend_engine_dir: Path, hybrid: TinyModels, plain_long: EngineRun
 ) -> None:
     """vllm-ascend's V2 runner starts in mode "v2" and decodes the hybrid as vLLM's CPU engine does (a prompt may
     leave plain decoding only at a bf16 tie of plain decoding's top-2 logits)."""
-    spec = EngineSpec(target=hybrid.target, hybrid=True)
+    spec = EngineSpec(target=hybrid.target, hybrid=True, max_num_seqs=2)
     ours = _run(ascend_engine_dir / "v2_npu", spec, EMULATED_V2)
     assert ours.error is None, ours.error
     assert ours.runner_class == V2_RUNNER and ours.runner == "v2", (ours.runner_class, ours.runner)
-    assert_matches_plain(plain_hybrid, ours, allow_ties=True)
+    assert_matches_plain(plain_long, ours, allow_ties=True)
 
 
-@pytest.mark.parametrize(
-    "method,async_scheduling",
-    [("mtp", False), ("mtp", True), ("dflash", False)],
-    ids=["mtp-sync", "mtp-async", "dflash-sync"],
-)
-def test_gdn_verification_on_vllm_ascend_v2_matches_plain(
-    ascend_engine_dir: Path,
-    hybrid: TinyModels,
-    plain_ragged: EngineRun,
-    plain_long: EngineRun,
-    method: str,
-    async_scheduling: bool,
-) -> None:
-    """The plugin on vllm-ascend's V2 runner: drafts (MTP; DFlash through vllm-ascend's speculator, its block
-    inputs from prepare_block_slots) verified by the plugin's NPU GDN layer on one state slot per request (vllm-ascend keeps 1 + K), lossless against plain
-    decoding by vLLM's CPU engine; two requests at a time, so later ones take the state slots of finished ones.
-    MTP's requests reach max_model_len, where V2's scheduler gives their last steps 1..K-1 drafts and then none
-    (a decode vLLM 0.30.0's hybrid state runs through the plain kernels: its records are committed first).
-    DFlash runs at the default max_model_len: vllm-ascend's DFlash input kernel needs the cache block size (which
-    a hybrid's max_model_len of 28 sets to 28) to be a multiple of the draft's KV block (128)."""
-    ragged = method == "mtp"
-    speculative = {"method": method, "num_speculative_tokens": K}
-    if method == "dflash":
-        speculative["model"] = str(hybrid.dflash)
-    spec = EngineSpec(
-        target=hybrid.target,
-        hybrid=True,
-        speculative=speculative,
-        plugin={"gdn_verify": True},
-        async_scheduling=async_scheduling,
-        max_num_seqs=2,
-        extra=RAGGED_LIMITS if ragged else {},
-    )
-    ours = _run(ascend_engine_dir / f"v2_npu_gdn_{method}_{async_scheduling}", spec, EMULATED_V2, RAGGED)
-    assert ours.error is None, ours.error
+def _assert_one_gdn_slot(ours: EngineRun) -> None:
     assert ours.runner_class == V2_RUNNER and ours.runner == "v2", (ours.runner_class, ours.runner)
     assert ours.gdn_slots_per_request == 1
     assert ours.num_drafts > 0 and ours.num_accepted > 0, (ours.num_drafts, ours.num_accepted)
-    if ragged:
-        assert ours.num_draft_tokens < K * ours.num_drafts, "no step verified fewer than K drafts"
     assert ours.gdn_flushed_requests is not None and ours.gdn_flushed_requests >= len(RAGGED[0]) - 2
-    if method == "dflash":  # block inputs from prepare_block_slots (the buffers: the test below)
-        assert ours.block_slot_calls and ours.block_slot_calls > 0, ours.block_slot_calls
-    assert_matches_plain(plain_ragged if ragged else plain_long, ours, allow_ties=True)
 
 
-def test_plugin_refuses_dynamic_on_vllm_ascend_v2_in_one_line(
-    ascend_engine_dir: Path, hybrid: TinyModels
+def test_gdn_verification_on_vllm_ascend_v2_matches_plain_with_ragged_drafts(
+    ascend_engine_dir: Path, hybrid: TinyModels, plain_ragged: EngineRun
 ) -> None:
-    """Dynamic verification replaces vLLM 0.32.0's adaptive-verification seam, which vLLM 0.30.0's V2 (the one
-    vllm-ascend 0.30.0rc2 runs) does not have: an engine asking for it there stops at start with one line."""
+    """The plugin on vllm-ascend's V2 runner under async scheduling (its default): MTP's drafts verified by the
+    plugin's NPU GDN layer on one state slot per request (vllm-ascend keeps 1 + K), lossless against plain
+    decoding by vLLM's CPU engine; two requests at a time, so later ones take the state slots of finished ones.
+    The requests reach max_model_len, where V2's scheduler gives their last steps 1..K-1 drafts and then none
+    (a decode vLLM 0.30.0's hybrid state runs through the plain kernels: its records are committed first)."""
     spec = EngineSpec(
         target=hybrid.target,
         hybrid=True,
         speculative={"method": "mtp", "num_speculative_tokens": K},
-        plugin={"dynamic": {}},
+        plugin={"gdn_verify": True},
+        async_scheduling=True,
+        max_num_seqs=2,
+        extra=RAGGED_LIMITS,
     )
-    run = _run(ascend_engine_dir / "v2_npu_dynamic", spec, EMULATED_V2)
-    assert run.error is not None and not run.tokens
-    line = next(ln for ln in run.error.splitlines() if "additional_config['ascend_spec']['dynamic']" in ln)
-    assert "on vLLM 0.30.0's Model Runner V2" in line and "VLLM_USE_V2_MODEL_RUNNER=0" in line, line
+    ours = _run(ascend_engine_dir / "v2_npu_gdn_mtp_async", spec, EMULATED_V2)
+    assert ours.error is None, ours.error
+    _assert_one_gdn_slot(ours)
+    assert ours.num_draft_tokens < K * ours.num_drafts, "no step verified fewer than K drafts"
+    assert_matches_plain(plain_ragged, ours, allow_ties=True)
 
 
-def test_block_inputs_equal_vllm_ascends_kernels_buffers(
-    ascend_engine_dir: Path, hybrid: TinyModels, tmp_path: Path
+def test_dflash_on_vllm_ascend_v2_matches_plain_with_block_inputs_equal_to_its_kernels(
+    ascend_engine_dir: Path, hybrid: TinyModels, plain_long: EngineRun, tmp_path: Path
 ) -> None:
-    """Every DFlash draft step on vllm-ascend's V2 runner: vllm-ascend's own Triton kernel (the global its
+    """DFlash through vllm-ascend's V2 speculator with the plugin: its drafts verified on one GDN state slot per
+    request, lossless against plain decoding; at every draft step vllm-ascend's own Triton kernel (the global its
     speculator rebinds in set_attn; vLLM's before that) and the plugin's prepare_block_slots path, run on the same
     state, write equal buffers (ids, positions, query and context slots, query_start_loc, seq_lens, sampling rows
-    and state)."""
+    and state). At the default max_model_len: vllm-ascend's DFlash input kernel needs the cache block size (which
+    a hybrid's max_model_len of 28 sets to 28) to be a multiple of the draft's KV block (128)."""
     spec = {
         "target": str(hybrid.target),
         "hybrid": True,
         "speculative": {"method": "dflash", "model": str(hybrid.dflash), "num_speculative_tokens": K},
-        "plugin": {},
+        "plugin": {"gdn_verify": True},
         "max_num_seqs": 2,
     }
     env = {**os.environ, **EMULATED_V2, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TMPDIR": str(tmp_path)}
-    out = compare_block_inputs(spec, *RAGGED, work=tmp_path, env=env, cpu_v2=False, timeout=1200)
+    out = compare_block_inputs(
+        spec, *RAGGED, work=tmp_path, env=env, cpu_v2=False, timeout=1200, logprobs=True
+    )
+    ours = out["run"]
+    _assert_one_gdn_slot(ours)
+    assert ours.block_slot_calls and ours.block_slot_calls > 0, ours.block_slot_calls
     # vLLM's own kernel is the global until vllm-ascend's set_attn (the start-up's profiling draft step)
     ascend_steps = [s for s in out["steps"] if s[0] == "vllm_ascend.worker.v2.spec_decode.dflash.speculator"]
-    assert len(ascend_steps) > 3 and out["accepted"] > 0, out["steps"]
+    assert len(ascend_steps) > 3, out["steps"]
     assert [s for s in out["steps"] if s[1]] == [], out["steps"]
+    assert_matches_plain(plain_long, ours, allow_ties=True)
