@@ -18,3 +18,15 @@ from ascend_spec.backend import BACKENDS  # noqa: E402
 @pytest.fixture(params=BACKENDS, scope="session")  # session scope: hypothesis tests may use it
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files in order of their count of slow (engine) tests, most first, each file's tests kept together and in
+    order: pytest-xdist's loadfile (run with ``--no-loadscope-reorder``) hands files to the workers in this order,
+    so the long engine files start first and the quick files fill both workers' tails."""
+    files: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        files[path] = files.get(path, 0) + (item.get_closest_marker("slow") is not None)
+    rank = {path: (-slow, i) for i, (path, slow) in enumerate(files.items())}
+    items.sort(key=lambda item: rank[item.nodeid.split("::", 1)[0]])

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # sets up its own venv (pip)
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / ".venv-triton-ascend"
 SETUP = ROOT / "scripts" / "setup_triton_ascend_env.sh"

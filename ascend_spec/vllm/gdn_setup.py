@@ -34,8 +34,8 @@ def register_gdn_layer(*, npu: bool = False) -> None:
 
 def check_gdn_engine(vllm_config, settings: AscendSpecConfig) -> None:  # noqa: ANN001
     """Engine settings ragged GDN verification needs, refused with the setting to change. Async scheduling is
-    served on Model Runner V1 and V2 (the flush gathers the accepted counts on the device, in stream order);
-    vllm-ascend's runner refuses it in its own check. Prefix caching (``mamba_cache_mode='align'``) is served on
+    served on Model Runner V1 and V2 and on vllm-ascend's runners (the flush gathers the accepted counts on the
+    device, in stream order). Prefix caching (``mamba_cache_mode='align'``) is served on
     every runner: the plugin moves the state between cache blocks (:mod:`ascend_spec.vllm.gdn_align_moves`)."""
     if not settings.gdn_verify or not vllm_config.model_config.is_hybrid:
         return

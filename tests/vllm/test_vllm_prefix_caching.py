@@ -16,6 +16,8 @@ from prefix_cache_check import (
     run_probe,
 )
 
+pytestmark = pytest.mark.slow
+
 PLUGIN = {"gdn_verify": True}
 
 
@@ -57,7 +59,9 @@ def test_gdn_verification_with_prefix_caching_matches_plain(
     ours = run_probe(engine_dir / f"prefix_{runner}-{method}", spec, rounds)
     # V1: vllm.v1.worker.cpu_model_runner; V2: vllm.v1.worker.cpu.model_runner (V2's CPU runner)
     assert (".cpu.model_runner" in ours["runner_module"]) == (runner == "v2"), ours["runner_module"]
-    assert_matches_plain_with_prefix_caching(plain, ours)
+    # MTP's drafts meet a boundary inside an accepted draft or not by the CPU's bf16 arithmetic (accepted on CI's
+    # Intel Xeon; none on an AMD EPYC without AVX-512): ngram's do on both, and carry the inside-draft checks.
+    assert_matches_plain_with_prefix_caching(plain, ours, inside_draft=method == "ngram")
     if method == "ngram":  # accepted drafts: boundaries inside them, tokens accepted past them
         assert BLOCK in ours["rounds"][1]["cached"]
         assert ours["align"]["inside_draft"] > 0 and ours["align"]["partial_commits"] > 0

@@ -2,7 +2,8 @@
 NPU's second mode (``ASCEND_SPEC_EMULATED_NPU=v2``: Triton's interpreter on CPU tensors, emulated_npu/
 triton_interpreter.py), against plain decoding by vLLM's CPU engine in the same venv; the interpreter repairs that
 mode makes, against PyTorch; the plugin's GDN verification on that runner (MTP and DFlash on the hybrid), DFlash's
-block inputs against vllm-ascend's kernel. Its refusal of dynamic verification there is check_v2_engine's
+block inputs against vllm-ascend's kernel; and its V1 runner under async scheduling, which launches Triton kernels
+the first mode only mocks. Its refusal of dynamic verification there is check_v2_engine's
 (tests/vllm/test_vllm_install.py), reached through the same runner hook these engines show running.
 """
 
@@ -29,6 +30,7 @@ from engine_helpers import assert_matches_plain  # noqa: E402
 pytestmark = [needs_vllm_ascend, pytest.mark.slow]
 
 V2_RUNNER = "vllm_ascend.worker.v2.model_runner.NPUModelRunner"
+V1_RUNNER = "vllm_ascend.worker.model_runner_v1.NPUModelRunner"
 K = 3
 # Requests that reach max_model_len (prompt + max_tokens = 16, 25, 28, 28 of 28): V2's scheduler caps their last
 # steps' drafts at max_model_len - computed - 1 (tests/vllm/test_v2_plugin.py's ragged case).
@@ -217,4 +219,36 @@ def test_dflash_on_vllm_ascend_v2_matches_plain_with_block_inputs_equal_to_its_k
     ascend_steps = [s for s in out["steps"] if s[0] == "vllm_ascend.worker.v2.spec_decode.dflash.speculator"]
     assert len(ascend_steps) > 3, out["steps"]
     assert [s for s in out["steps"] if s[1]] == [], out["steps"]
+    assert_matches_plain(plain_long, ours, allow_ties=True)
+
+
+def test_gdn_verification_on_vllm_ascend_v1_runner_under_async_scheduling_matches_plain(
+    ascend_engine_dir: Path, hybrid: TinyModels, plain_long: EngineRun
+) -> None:
+    """vllm-ascend's V1 runner as docs/vllm.md switches it on (``{"ascend_spec": {}}``, gdn_verify by default)
+    under async scheduling: DFlash's drafts verified on one GDN state slot per request, the flush committing from
+    the accepted counts on the device; two requests at a time (slots reused), lossless against plain decoding.
+    Without logprobs: V1's sampler compiles its logprob ranking with torch.compile, which this mode cannot."""
+    spec = EngineSpec(
+        target=hybrid.target,
+        hybrid=True,
+        speculative={"method": "dflash", "model": str(hybrid.dflash), "num_speculative_tokens": K},
+        plugin={},
+        async_scheduling=True,
+        max_num_seqs=2,
+    )
+    env = {**EMULATED_V2, "VLLM_USE_V2_MODEL_RUNNER": "0", "ASCEND_SPEC_CHECKS": "0"}
+    prompts, max_tokens = RAGGED
+    ours = run_isolated(
+        spec,
+        prompts,
+        work_dir=ascend_engine_dir / "v1_npu_async",
+        env=env,
+        max_tokens=max_tokens,
+        timeout=1200,
+    )
+    assert ours.error is None, ours.error
+    assert ours.runner_class == V1_RUNNER, ours.runner_class
+    assert ours.gdn_slots_per_request == 1
+    assert ours.num_drafts > 0 and ours.num_accepted > 0, (ours.num_drafts, ours.num_accepted)
     assert_matches_plain(plain_long, ours, allow_ties=True)

@@ -119,14 +119,6 @@ def _check_engine(vllm_config, settings: AscendSpecConfig, *, npu: bool = False)
         from ascend_spec.vllm.v1.dynamic_hooks import check_dynamic_engine
 
         check_dynamic_engine(vllm_config, settings.dynamic.mode)
-    if npu and _verifies_gdn_drafts(vllm_config, settings) and vllm_config.scheduler_config.async_scheduling:
-        # the emulated NPU runs no speculative hybrid under async scheduling (ngram needs sync scheduling;
-        # DFlash / MTP drafters stop in vllm-ascend's Triton slot mapping there), so the pair is not run here
-        raise ValueError(
-            "additional_config['ascend_spec']['gdn_verify'] on vllm-ascend's NPUModelRunner runs with "
-            "synchronous scheduling in this release (not tested with its async scheduling); start the engine with "
-            "async_scheduling=False (--no-async-scheduling) or set 'gdn_verify': false"
-        )
     if npu:
         from ascend_spec.vllm.ascend.gdn import check_npu_gdn_engine
 
