@@ -141,7 +141,6 @@ def test_markov_head_picks_each_candidate_from_the_previous_one(probe_dense, den
     assert changed > 0, "the Markov bias never changed a greedy choice: the test cannot tell it was applied"
 
 
-@pytest.mark.matrix
 def test_dspark_on_the_qwen35_hybrid_matches_plain(engine_dir, hybrid_low_entropy):
     """Ragged GDN verification of part 1 under DSpark drafts (bf16 tie rule of part 1)."""
     plain = run(engine_dir, hybrid_low_entropy, logprobs=True)
