@@ -5,7 +5,8 @@ fresh process (vLLM loads plugins once per process, keeps Prometheus counters an
 process, and on CPU rescans every loaded module when an engine starts, which fails once numba's llvmlite is
 loaded, i.e. after any ngram engine). Inside the child the engine runs in-process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), so no EngineCore or worker process can be orphaned, and
-``VLLM_CACHE_ROOT`` / ``TMPDIR`` point into the caller's work folder.
+``VLLM_CACHE_ROOT`` / ``TMPDIR`` point into the caller's work folder. With :func:`fork_server.enable` the
+child is forked from a process that has done vLLM's imports already (fork_server.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ascend_spec.e2e import fork_server
 
 
 @dataclass
@@ -419,6 +422,14 @@ def _top2(position_logprobs: dict) -> tuple[float, float]:  # noqa: ANN001 - {to
     return first, second
 
 
+def _forkable(spec: EngineSpec) -> bool:
+    """Engines of one process (no tensor-parallel workers) can be forked from a fork server."""
+    return (
+        int(spec.extra.get("tensor_parallel_size", 1)) == 1
+        and int(spec.extra.get("pipeline_parallel_size", 1)) == 1
+    )
+
+
 def run_isolated(
     spec: EngineSpec,
     prompts: list[list[int]],
@@ -442,16 +453,19 @@ def run_isolated(
     child_env["TMPDIR"] = str(work / "tmp")
     child_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     child_env.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-m", "ascend_spec.e2e.engine", str(request), str(result)],
-        env=child_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    if fork_server.enabled() and _forkable(spec):
+        code, tail = fork_server.run_forked(child_env, spec.runner, work, request, result, timeout)
+    else:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ascend_spec.e2e.engine", str(request), str(result)],
+            env=child_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        code, tail = proc.returncode, (proc.stderr or proc.stdout)[-2000:]
     if not result.exists():
-        tail = (proc.stderr or proc.stdout)[-2000:]
-        return EngineRun(error=f"engine process exited with {proc.returncode}: {tail}")
+        return EngineRun(error=f"engine process exited with {code}: {tail}")
     data = json.loads(result.read_text())
     data["top2"] = [[tuple(x) for x in row] for row in data["top2"]]
     return EngineRun(**data)

