@@ -15,7 +15,6 @@ import dataclasses
 import gc
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -453,17 +452,14 @@ def run_isolated(
     child_env["TMPDIR"] = str(work / "tmp")
     child_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     child_env.update(env or {})
-    if fork_server.enabled() and _forkable(spec):
-        code, tail = fork_server.run_forked(child_env, spec.runner, work, request, result, timeout)
-    else:
-        proc = subprocess.run(
-            [sys.executable, "-m", "ascend_spec.e2e.engine", str(request), str(result)],
-            env=child_env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        code, tail = proc.returncode, (proc.stderr or proc.stdout)[-2000:]
+    code, tail = fork_server.run_python(
+        ["-m", "ascend_spec.e2e.engine", str(request), str(result)],
+        child_env,
+        work=work,
+        runner=spec.runner,
+        fork=_forkable(spec),
+        timeout=timeout,
+    )
     if not result.exists():
         return EngineRun(error=f"engine process exited with {code}: {tail}")
     data = json.loads(result.read_text())

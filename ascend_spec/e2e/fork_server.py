@@ -84,11 +84,11 @@ class ForkServer:
             raise RuntimeError(f"fork server said {line!r} where {word!r} was due: {_tail(self.log)}")
         return rest
 
-    def run(self, request: Path, result: Path, log: Path, timeout: float) -> int:
-        """Fork one engine process for ``request``; its exit status (its output in ``log``)."""
+    def run(self, args: list[str], log: Path, timeout: float, cwd: Path | None = None) -> int:
+        """Fork one process running ``python ARGS`` in ``cwd`` (its output in ``log``); its exit status."""
         assert self.proc.stdin is not None
-        line = json.dumps({"request": str(request), "result": str(result), "log": str(log)})
-        self.proc.stdin.write(line.encode() + b"\n")
+        job = {"args": args, "log": str(log), "cwd": None if cwd is None else str(cwd)}
+        self.proc.stdin.write(json.dumps(job).encode() + b"\n")
         self.proc.stdin.flush()
         deadline = time.monotonic() + timeout
         pid = int(self._expect("pid", timeout))
@@ -97,7 +97,7 @@ class ForkServer:
         except TimeoutError:
             os.kill(pid, signal.SIGKILL)
             self._expect("exit", 60.0)
-            raise subprocess.TimeoutExpired(["fork_server", str(request)], timeout) from None
+            raise subprocess.TimeoutExpired([sys.executable, *args], timeout) from None
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -136,13 +136,28 @@ def server_for(env: dict[str, str], runner: str, work: Path) -> ForkServer:
     return server
 
 
-def run_forked(
-    env: dict[str, str], runner: str, work: Path, request: Path, result: Path, timeout: float
+def run_python(
+    args: list[str],
+    env: dict[str, str],
+    *,
+    work: Path,
+    runner: str = "v1",
+    fork: bool = True,
+    timeout: float = 900.0,
+    cwd: Path | None = None,
 ) -> tuple[int, str]:
-    """(exit status, output tail) of one engine process forked from this environment's server."""
-    log = request.with_name(request.name.replace("request_", "output_").replace(".json", ".log"))
-    code = server_for(env, runner, work).run(request, result, log, timeout)
-    return code, _tail(log)
+    """``python ARGS`` (``-m MODULE ...`` or ``SCRIPT ...``) under ``env``: (exit status, the end of its output,
+    stderr first). Forked from this environment's server when servers are enabled and ``fork`` (its output kept
+    in ``work``), else a plain child process. ``runner``: the model runner the program selects before it
+    imports vLLM (a server for V1 has decided Triton's use already)."""
+    if not (_enabled and fork):
+        proc = subprocess.run(
+            [sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd
+        )
+        return proc.returncode, (proc.stderr or proc.stdout)[-3000:]
+    log = work / f"forked_{os.getpid()}_{time.monotonic_ns()}.log"
+    code = server_for(env, runner, work).run(args, log, timeout, cwd)
+    return code, _tail(log, 3000)
 
 
 def close_all() -> None:
@@ -153,8 +168,12 @@ def close_all() -> None:
 atexit.register(close_all)
 
 
-def _engine_process(request: str, result: str, log: str) -> None:
-    """In the forked process: output to ``log``, run the engine, exit as a child process would."""
+def _forked_process(args: list[str], log: str, cwd: str | None) -> None:
+    """In the forked process: output to ``log``, run ``python ARGS`` as the interpreter would, exit as it would."""
+    import runpy
+
+    if cwd is not None:
+        os.chdir(cwd)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -164,12 +183,15 @@ def _engine_process(request: str, result: str, log: str) -> None:
     os.close(null)
     code = 0
     try:
-        from ascend_spec.e2e import engine
-
-        sys.argv = [engine.__file__, request, result]
-        engine._main(request, result)
+        if args[0] == "-m":
+            sys.argv = [args[1], *args[2:]]
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(args)
+            sys.path[0] = os.path.dirname(os.path.abspath(args[0]))  # as ``python SCRIPT`` sets it
+            runpy.run_path(args[0], run_name="__main__")
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
         traceback.print_exc()
         code = 1
@@ -182,13 +204,14 @@ def _engine_process(request: str, result: str, log: str) -> None:
 
 
 def _serve(runner: str) -> None:
-    """Import what run_engine imports before its engine, then fork one engine process per request line."""
+    """Import what run_engine imports before its engine, then fork one process per request line."""
     import gc
 
-    from ascend_spec.e2e import engine
-
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # as start_engine sets it
-    engine._select_runner(engine.EngineSpec(target=Path("."), runner=runner))
+    if runner != "v1":  # as run_engine does first (engine.py is left to the forked process's ``-m``)
+        from ascend_spec.e2e.cpu_v2 import select_model_runner
+
+        select_model_runner(runner)
     import torch  # noqa: F401
     from vllm import LLM, SamplingParams  # noqa: F401
     from vllm.inputs import TokensPrompt  # noqa: F401
@@ -202,7 +225,7 @@ def _serve(runner: str) -> None:
         job = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            _engine_process(job["request"], job["result"], job["log"])
+            _forked_process(job["args"], job["log"], job["cwd"])
         out.write(f"pid {pid}\n".encode())
         out.flush()
         _, status = os.waitpid(pid, 0)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import inspect
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from ascend_spec.e2e import fork_server
 from ascend_spec.e2e.engine import EngineRun
 
 _SCRIPT = """
@@ -28,7 +27,8 @@ from ascend_spec.e2e.engine import EngineSpec, run_engine
 steps = record_block_input_steps()
 spec, prompts, lengths, logprobs = json.loads(sys.argv[1])
 run = run_engine(EngineSpec(**spec), prompts, max_tokens=lengths, logprobs=logprobs)
-print(json.dumps({"error": run.error, "steps": steps, "run": dataclasses.asdict(run)}))
+with open(sys.argv[4], "w") as f:
+    json.dump({"error": run.error, "steps": steps, "run": dataclasses.asdict(run)}, f)
 """
 
 
@@ -49,17 +49,13 @@ def compare_block_inputs(
     script = work / "compare_block_inputs.py"
     script.write_text(_SCRIPT)
     request = json.dumps([spec, prompts, max_tokens, logprobs])
-    args = [request, str(Path(__file__).parent), "cpu_v2" if cpu_v2 else "-"]
-    proc = subprocess.run(
-        [sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=work,
+    result = work / f"compare_block_inputs_{len(list(work.glob('compare_block_inputs_*.json')))}.json"
+    args = [request, str(Path(__file__).parent), "cpu_v2" if cpu_v2 else "-", str(result)]
+    code, output = fork_server.run_python(
+        [str(script), *args], env, work=work, runner="v2" if cpu_v2 else "v1", timeout=timeout, cwd=work
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert code == 0 and result.exists(), output
+    out = json.loads(result.read_text())
     assert out["error"] is None, out["error"]
     run = out["run"]
     run["top2"] = [[tuple(x) for x in row] for row in run["top2"]]

@@ -1,5 +1,6 @@
-"""Engine tests: tiny random models generated into a temporary folder (nothing downloaded) and one fresh child
-process per engine (ascend_spec.e2e.engine.run_isolated), with vLLM's cache and TMPDIR inside that folder."""
+"""Engine tests: tiny random models generated into a temporary folder (nothing downloaded) and one child process
+per engine (ascend_spec.e2e.engine.run_isolated, forked from a fork server: ascend_spec.e2e.fork_server), with
+vLLM's cache and TMPDIR inside that folder."""
 
 from __future__ import annotations
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 from engine_helpers import assert_matches_plain
 
+from ascend_spec.e2e import fork_server
 from ascend_spec.e2e.engine import EngineRun, EngineSpec
 
 PROBE = Path(__file__).with_name("prefix_cache_probe.py")
@@ -69,14 +68,10 @@ def run_probe(
         "TMPDIR": str(work / "tmp"),
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     }
-    proc = subprocess.run(
-        [sys.executable, str(PROBE), str(request), str(result)],
-        env=child_env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
+    code, output = fork_server.run_python(
+        [str(PROBE), str(request), str(result)], child_env, work=work, runner=spec.runner, timeout=1200
     )
-    assert proc.returncode == 0 and result.exists(), (proc.stderr or proc.stdout)[-3000:]
+    assert code == 0 and result.exists(), output
     out = json.loads(result.read_text())
     out.update(torch.load(result.with_suffix(".pt")))  # "hits", "boundaries": GDN states by request
     return out

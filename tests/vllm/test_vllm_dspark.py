@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 import torch
 from engine_helpers import LENGTHS, PROMPTS, assert_matches_plain, run
 
+from ascend_spec.e2e import fork_server
 from ascend_spec.e2e.engine import EngineSpec, run_isolated
 from ascend_spec.e2e.tiny_models import VOCAB_SIZE
 
@@ -45,10 +44,8 @@ def run_probe(work: Path, models, plugin: dict) -> dict:
     request.write_text(json.dumps({"spec": spec_dict, "prompts": PROMPTS, "max_tokens": LENGTHS}))
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", TMPDIR=str(work / "tmp"))
     env.setdefault("VLLM_CACHE_ROOT", str(work / "vllm_cache"))
-    proc = subprocess.run(
-        [sys.executable, str(PROBE), str(request), str(result)], env=env, capture_output=True, text=True
-    )
-    assert result.exists(), proc.stderr[-3000:]
+    _, output = fork_server.run_python([str(PROBE), str(request), str(result)], env, work=work)
+    assert result.exists(), output
     return torch.load(result, weights_only=False)
 
 

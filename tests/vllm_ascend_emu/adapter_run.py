@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from ascend_spec.e2e import fork_server
 from ascend_spec.e2e.engine import EngineRun, EngineSpec
 
 # Tensor methods that read device memory on the host (a sync on a real NPU).
@@ -142,15 +142,15 @@ def run_with_probe(
     child_env = dict(os.environ)
     child_env.setdefault("VLLM_CACHE_ROOT", str(work_dir / "vllm_cache"))
     child_env.update(TMPDIR=str(work_dir / "tmp"), VLLM_ENABLE_V1_MULTIPROCESSING="0", **env)
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__)), str(request), str(result)],
-        env=child_env,
-        capture_output=True,
-        text=True,
+    code, output = fork_server.run_python(
+        [str(Path(__file__)), str(request), str(result)],
+        child_env,
+        work=work_dir,
+        runner=spec.runner,
         timeout=timeout,
     )
     if not result.exists():
-        return EngineRun(error=f"engine process exited with {proc.returncode}: {proc.stderr[-3000:]}"), {}
+        return EngineRun(error=f"engine process exited with {code}: {output}"), {}
     data = json.loads(result.read_text())
     probe = data.pop("probe")
     data["top2"] = []
