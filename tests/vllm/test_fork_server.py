@@ -3,6 +3,8 @@ in a fresh child process: the same tokens, logits, counters and GDN state layout
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 
 import pytest
@@ -48,3 +50,31 @@ def test_a_forked_engine_past_its_timeout_is_killed_and_the_server_serves_on(
         run_isolated(spec, prompts, work_dir=engine_dir, max_tokens=4, timeout=0.5)
     again = run_isolated(spec, prompts, work_dir=engine_dir, max_tokens=4)
     assert again.error is None and len(again.tokens[0]) == 4
+
+
+SCRIPT = """import json, os, sys
+with open(os.path.join(sys.argv[1], "seen_" + sys.argv[2] + ".json"), "w") as f:
+    json.dump([sys.argv[1:], sys.path[0], os.getcwd(), __name__, os.environ["FORK_TEST"]], f)
+sys.stderr.write("leaving with 3\\n")
+sys.exit(3)
+"""
+
+
+def test_a_forked_script_sees_what_a_started_one_sees(tmp_path, monkeypatch) -> None:
+    """argv, sys.path[0] (the script's folder), the working folder, ``__main__``, the environment, the exit
+    status and the output: forked as started."""
+    scripts, cwd = tmp_path / "scripts", tmp_path / "cwd"
+    scripts.mkdir()
+    cwd.mkdir()
+    script = scripts / "probe.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, FORK_TEST="yes")
+    for how, on in (("forked", True), ("started", False)):
+        monkeypatch.setattr(fork_server, "_enabled", on)
+        code, output = fork_server.run_python([str(script), str(tmp_path), how], env, work=tmp_path, cwd=cwd)
+        assert code == 3 and "leaving with 3" in output, (how, code, output)
+    forked, started = (
+        json.loads((tmp_path / f"seen_{how}.json").read_text()) for how in ("forked", "started")
+    )
+    assert forked[1:] == started[1:] == [str(scripts), str(cwd), "__main__", "yes"]
+    assert forked[0] == [str(tmp_path), "forked"] and started[0] == [str(tmp_path), "started"]
