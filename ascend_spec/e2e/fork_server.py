@@ -29,9 +29,12 @@ import traceback
 from collections import OrderedDict
 from pathlib import Path
 
-# Servers kept per calling process (each holds torch and vLLM in memory, ~0.5 GiB); the least recently used
+# Servers kept per calling process (each holds torch and vLLM in memory, ~0.6 GiB); the least recently used
 # one is closed when another is needed.
-MAX_SERVERS = 3
+MAX_SERVERS = 4
+# Variables whose value changes from call to call but is read by no import (pytest names the running test in
+# one): a server's key leaves them out and each forked process gets the caller's value.
+PER_CALL = frozenset({"PYTEST_CURRENT_TEST"})
 
 _enabled = False
 _servers: OrderedDict[tuple, ForkServer] = OrderedDict()
@@ -84,10 +87,13 @@ class ForkServer:
             raise RuntimeError(f"fork server said {line!r} where {word!r} was due: {_tail(self.log)}")
         return rest
 
-    def run(self, args: list[str], log: Path, timeout: float, cwd: Path | None = None) -> int:
-        """Fork one process running ``python ARGS`` in ``cwd`` (its output in ``log``); its exit status."""
+    def run(
+        self, args: list[str], env: dict[str, str], log: Path, timeout: float, cwd: Path | None = None
+    ) -> int:
+        """Fork one process running ``python ARGS`` under ``env`` in ``cwd`` (its output in ``log``); its exit
+        status."""
         assert self.proc.stdin is not None
-        job = {"args": args, "log": str(log), "cwd": None if cwd is None else str(cwd)}
+        job = {"args": args, "env": env, "log": str(log), "cwd": None if cwd is None else str(cwd)}
         self.proc.stdin.write(json.dumps(job).encode() + b"\n")
         self.proc.stdin.flush()
         deadline = time.monotonic() + timeout
@@ -119,8 +125,8 @@ def _tail(path: Path, size: int = 2000) -> str:
 
 
 def server_for(env: dict[str, str], runner: str, work: Path) -> ForkServer:
-    """The server for this environment and runner, started if there is none."""
-    key = (sys.executable, runner, tuple(sorted(env.items())))
+    """The server for this environment (but PER_CALL) and runner, started if there is none."""
+    key = (sys.executable, runner, tuple(sorted((k, v) for k, v in env.items() if k not in PER_CALL)))
     server = _servers.get(key)
     if server is not None and server.proc.poll() is None:
         _servers.move_to_end(key)
@@ -156,7 +162,7 @@ def run_python(
         )
         return proc.returncode, (proc.stderr or proc.stdout)[-3000:]
     log = work / f"forked_{os.getpid()}_{time.monotonic_ns()}.log"
-    code = server_for(env, runner, work).run(args, log, timeout, cwd)
+    code = server_for(env, runner, work).run(args, env, log, timeout, cwd)
     return code, _tail(log, 3000)
 
 
@@ -168,10 +174,13 @@ def close_all() -> None:
 atexit.register(close_all)
 
 
-def _forked_process(args: list[str], log: str, cwd: str | None) -> None:
-    """In the forked process: output to ``log``, run ``python ARGS`` as the interpreter would, exit as it would."""
+def _forked_process(args: list[str], env: dict[str, str], log: str, cwd: str | None) -> None:
+    """In the forked process: the caller's environment, output to ``log``, run ``python ARGS`` as the
+    interpreter would, exit as it would."""
     import runpy
 
+    os.environ.clear()
+    os.environ.update(env)
     if cwd is not None:
         os.chdir(cwd)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -225,7 +234,7 @@ def _serve(runner: str) -> None:
         job = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            _forked_process(job["args"], job["log"], job["cwd"])
+            _forked_process(job["args"], job["env"], job["log"], job["cwd"])
         out.write(f"pid {pid}\n".encode())
         out.flush()
         _, status = os.waitpid(pid, 0)

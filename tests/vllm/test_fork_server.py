@@ -54,7 +54,8 @@ def test_a_forked_engine_past_its_timeout_is_killed_and_the_server_serves_on(
 
 SCRIPT = """import json, os, sys
 with open(os.path.join(sys.argv[1], "seen_" + sys.argv[2] + ".json"), "w") as f:
-    json.dump([sys.argv[1:], sys.path[0], os.getcwd(), __name__, os.environ["FORK_TEST"]], f)
+    seen = [os.getcwd(), __name__, os.environ["FORK_TEST"], os.environ.get("PYTEST_CURRENT_TEST")]
+    json.dump([sys.argv[1:], sys.path[0], *seen], f)
 sys.stderr.write("leaving with 3\\n")
 sys.exit(3)
 """
@@ -76,5 +77,7 @@ def test_a_forked_script_sees_what_a_started_one_sees(tmp_path, monkeypatch) -> 
     forked, started = (
         json.loads((tmp_path / f"seen_{how}.json").read_text()) for how in ("forked", "started")
     )
-    assert forked[1:] == started[1:] == [str(scripts), str(cwd), "__main__", "yes"]
+    # PYTEST_CURRENT_TEST: a value per test phase, left out of a server's key and passed to each forked process
+    current = os.environ["PYTEST_CURRENT_TEST"]
+    assert forked[1:] == started[1:] == [str(scripts), str(cwd), "__main__", "yes", current]
     assert forked[0] == [str(tmp_path), "forked"] and started[0] == [str(tmp_path), "started"]
