@@ -175,12 +175,16 @@ atexit.register(close_all)
 
 
 def _forked_process(args: list[str], env: dict[str, str], log: str, cwd: str | None) -> None:
-    """In the forked process: the caller's environment, output to ``log``, run ``python ARGS`` as the
+    """In the forked process: the caller's PER_CALL variables, output to ``log``, run ``python ARGS`` as the
     interpreter would, exit as it would."""
     import runpy
 
-    os.environ.clear()
-    os.environ.update(env)
+    # The rest equals the server's environment, with what its start-up set (V2: TRITON_INTERPRET).
+    for name in PER_CALL:
+        if name in env:
+            os.environ[name] = env[name]
+        else:
+            os.environ.pop(name, None)
     if cwd is not None:
         os.chdir(cwd)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
