@@ -220,6 +220,9 @@ def _serve(runner: str) -> None:
     """Import what run_engine imports before its engine, then fork one process per request line."""
     import gc
 
+    # The replies go to the pipe the caller reads; whatever the imports print (vLLM logs to stdout) to the log.
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # as start_engine sets it
     if runner != "v1":  # as run_engine does first (engine.py is left to the forked process's ``-m``)
         from ascend_spec.e2e.cpu_v2 import select_model_runner
@@ -231,19 +234,16 @@ def _serve(runner: str) -> None:
 
     gc.collect()
     gc.freeze()
-    out = sys.stdout.buffer
     out.write(b"ready\n")
-    out.flush()
     for line in sys.stdin.buffer:
         job = json.loads(line)
         pid = os.fork()
         if pid == 0:
+            out.close()
             _forked_process(job["args"], job["env"], job["log"], job["cwd"])
         out.write(f"pid {pid}\n".encode())
-        out.flush()
         _, status = os.waitpid(pid, 0)
         out.write(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
-        out.flush()
 
 
 if __name__ == "__main__":
