@@ -53,29 +53,34 @@ def enabled() -> bool:
 
 
 class ForkServer:
-    """One server process (``python -m ascend_spec.e2e.fork_server RUNNER``) and the pipe to it."""
+    """One server process (``python -m ascend_spec.e2e.fork_server RUNNER REPLY_FD``) and its pipes."""
 
     def __init__(self, env: dict[str, str], runner: str, log: Path) -> None:
         self.log = log
         self._log_file = open(log, "ab")  # noqa: SIM115 - open while the server lives
+        # Replies come on a pipe of their own: the server's stdout and stderr go to the log (an emulation loaded
+        # at interpreter start-up, or vLLM's logger, print there before the server's code runs).
+        read_fd, write_fd = os.pipe()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ascend_spec.e2e.fork_server", runner],
+            [sys.executable, "-m", "ascend_spec.e2e.fork_server", runner, str(write_fd)],
             env=env,
             stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stdout=self._log_file,
             stderr=self._log_file,
+            pass_fds=(write_fd,),
         )
+        os.close(write_fd)
+        self._replies = os.fdopen(read_fd, "rb")
         self._expect("ready", timeout=600.0)
 
     def _line(self, deadline: float) -> str:
-        assert self.proc.stdout is not None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
-            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            ready, _, _ = select.select([self._replies], [], [], left)
             if ready:
-                line = self.proc.stdout.readline().decode()
+                line = self._replies.readline().decode()
                 if not line:
                     raise RuntimeError(f"fork server exited with {self.proc.wait()}: {_tail(self.log)}")
                 return line.strip()
@@ -114,6 +119,7 @@ class ForkServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._replies.close()
         self._log_file.close()
 
 
@@ -216,13 +222,12 @@ def _forked_process(args: list[str], env: dict[str, str], log: str, cwd: str | N
         os._exit(code)
 
 
-def _serve(runner: str) -> None:
-    """Import what run_engine imports before its engine, then fork one process per request line."""
+def _serve(runner: str, reply_fd: int) -> None:
+    """Import what run_engine imports before its engine, then fork one process per request line (replies on
+    ``reply_fd``)."""
     import gc
 
-    # The replies go to the pipe the caller reads; whatever the imports print (vLLM logs to stdout) to the log.
-    out = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)
+    out = os.fdopen(reply_fd, "wb", buffering=0)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # as start_engine sets it
     if runner != "v1":  # as run_engine does first (engine.py is left to the forked process's ``-m``)
         from ascend_spec.e2e.cpu_v2 import select_model_runner
@@ -247,4 +252,4 @@ def _serve(runner: str) -> None:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1])
+    _serve(sys.argv[1], int(sys.argv[2]))
