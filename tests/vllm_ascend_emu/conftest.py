@@ -9,18 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ascend_spec.e2e import fork_server
-
 
 @pytest.fixture(scope="session")
 def ascend_engine_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("ascend_engines")
-
-
-@pytest.fixture(scope="session", autouse=True)
-def forked_engines():  # noqa: ANN201
-    """Engines forked from fork servers that imported torch and vLLM once (ascend_spec.e2e.fork_server): each
-    engine still runs in a process of its own, without paying those imports again."""
-    fork_server.enable()
-    yield
-    fork_server.enable(False)
