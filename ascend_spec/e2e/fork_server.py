@@ -48,10 +48,6 @@ def enable(on: bool = True) -> None:
         close_all()
 
 
-def enabled() -> bool:
-    return _enabled
-
-
 class ForkServer:
     """One server process (``python -m ascend_spec.e2e.fork_server RUNNER REPLY_FD``) and its pipes."""
 
@@ -71,7 +67,12 @@ class ForkServer:
         )
         os.close(write_fd)
         self._replies = os.fdopen(read_fd, "rb")
-        self._expect("ready", timeout=600.0)
+        try:
+            self._expect("ready", timeout=600.0)
+        except BaseException:  # a server that never became ready is not left behind
+            self.proc.kill()
+            self.close()
+            raise
 
     def _line(self, deadline: float) -> str:
         while True:
@@ -95,10 +96,11 @@ class ForkServer:
     def run(
         self, args: list[str], env: dict[str, str], log: Path, timeout: float, cwd: Path | None = None
     ) -> int:
-        """Fork one process running ``python ARGS`` under ``env`` in ``cwd`` (its output in ``log``); its exit
-        status."""
+        """Fork one process running ``python ARGS`` with ``env``'s PER_CALL values in ``cwd`` (its output in
+        ``log``); its exit status."""
         assert self.proc.stdin is not None
-        job = {"args": args, "env": env, "log": str(log), "cwd": None if cwd is None else str(cwd)}
+        per_call = {name: env[name] for name in PER_CALL if name in env}
+        job = {"args": args, "per_call": per_call, "log": str(log), "cwd": None if cwd is None else str(cwd)}
         self.proc.stdin.write(json.dumps(job).encode() + b"\n")
         self.proc.stdin.flush()
         deadline = time.monotonic() + timeout
@@ -180,15 +182,15 @@ def close_all() -> None:
 atexit.register(close_all)
 
 
-def _forked_process(args: list[str], env: dict[str, str], log: str, cwd: str | None) -> None:
+def _forked_process(args: list[str], per_call: dict[str, str], log: str, cwd: str | None) -> None:
     """In the forked process: the caller's PER_CALL variables, output to ``log``, run ``python ARGS`` as the
     interpreter would, exit as it would."""
     import runpy
 
     # The rest equals the server's environment, with what its start-up set (V2: TRITON_INTERPRET).
     for name in PER_CALL:
-        if name in env:
-            os.environ[name] = env[name]
+        if name in per_call:
+            os.environ[name] = per_call[name]
         else:
             os.environ.pop(name, None)
     if cwd is not None:
@@ -245,7 +247,7 @@ def _serve(runner: str, reply_fd: int) -> None:
         pid = os.fork()
         if pid == 0:
             out.close()
-            _forked_process(job["args"], job["env"], job["log"], job["cwd"])
+            _forked_process(job["args"], job["per_call"], job["log"], job["cwd"])
         out.write(f"pid {pid}\n".encode())
         _, status = os.waitpid(pid, 0)
         out.write(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
