@@ -117,8 +117,11 @@ lane() {
     i=$(take_job)
     job=$(sed -n "$((i + 1))p" "$logs/jobs")
     [ -n "$job" ] || return 0
+    start=$(date +%s)
     # shellcheck disable=SC2086
-    run_job $job >"$logs/job-$i.log" 2>&1 || touch "$logs/failed-$i"
+    if run_job $job >"$logs/job-$i.log" 2>&1; then result=passed; else result=failed && touch "$logs/failed-$i"; fi
+    # as each job ends (its log comes at the end): a run stopped by a time limit still shows where it was
+    echo "engine job $i ($job): $result in $(($(date +%s) - start)) s"
   done
 }
 lane &

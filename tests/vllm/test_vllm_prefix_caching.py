@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import speculative
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prefix_cache_check import (
     BLOCK,
+    TWO_REQUESTS,
     assert_matches_plain_with_prefix_caching,
     plain_rounds,
     prefix_spec,
+    requests_of,
     run_probe,
 )
 
@@ -47,7 +51,8 @@ def test_gdn_verification_with_prefix_caching_matches_plain(
 ) -> None:
     """Both rounds and the cached GDN states equal plain decoding with prefix caching; the second round reuses
     the blocks vLLM's scheduler kept, whose states the plugin wrote while the first round decoded."""
-    plain = plain_prefix_cached
+    # MTP's drafts carry no inside-draft check: two of the four requests (V2's decode under Triton's interpreter)
+    plain = plain_prefix_cached if method == "ngram" else requests_of(plain_prefix_cached, TWO_REQUESTS)
     spec = prefix_spec(
         hybrid_low_entropy,
         speculative=speculative(method, hybrid_low_entropy),
@@ -65,3 +70,40 @@ def test_gdn_verification_with_prefix_caching_matches_plain(
     if method == "ngram":  # accepted drafts: boundaries inside them, tokens accepted past them
         assert BLOCK in ours["rounds"][1]["cached"]
         assert ours["align"]["inside_draft"] > 0 and ours["align"]["partial_commits"] > 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data(), count=st.integers(1, 6))
+def test_requests_of_keeps_each_kept_requests_rounds_and_states(data: st.DataObject, count: int) -> None:
+    """requests_of against a per-request reading of the same result: every round's entries and the GDN states of
+    exactly the kept requests, in the order asked."""
+    prompts = [[100 * r + t for t in range(10)] for r in range(count)]
+    keys = [",".join(map(str, p[:8])) for p in prompts]
+    result = {
+        "block_size": BLOCK,
+        "rounds": [
+            {
+                "prompts": prompts,
+                "tokens": [[r] * 3 for r in range(count)],
+                "cached": [0] * count,
+                "top2": [],
+            },
+            {
+                "prompts": [p + [1] for p in prompts],
+                "tokens": [[r] for r in range(count)],
+                "cached": [BLOCK] * count,
+            },
+        ],
+        "hits": {key: [r] for r, key in enumerate(keys)},
+        "boundaries": {key: {"states": [r]} for r, key in enumerate(keys)},
+    }
+    kept = data.draw(st.lists(st.integers(0, count - 1), min_size=1, unique=True))
+    out = requests_of(result, kept)
+    for round_in, round_out in zip(result["rounds"], out["rounds"], strict=True):
+        for name, values in round_in.items():
+            assert round_out[name] == ([values[r] for r in kept] if values else values)
+    assert out["hits"] == {keys[r]: [r] for r in kept}
+    assert out["boundaries"] == {keys[r]: {"states": [r]} for r in kept}
+    assert out["block_size"] == BLOCK and result["rounds"][0]["prompts"] == prompts  # the input is left alone
+    with pytest.raises(ValueError, match="indices"):
+        requests_of(result, kept + kept[:1])

@@ -18,9 +18,11 @@ from ascend_spec.e2e.tiny_models import TinyModels, make_tiny_models
 sys.path.insert(0, str(Path(__file__).parents[1] / "vllm"))  # the engine tests' prefix-caching check
 from prefix_cache_check import (  # noqa: E402
     BLOCK,
+    TWO_REQUESTS,
     assert_matches_plain_with_prefix_caching,
     plain_rounds,
     prefix_spec,
+    requests_of,
     run_probe,
 )
 
@@ -67,9 +69,10 @@ def test_npu_v2_runner_writes_cached_gdn_states_from_the_records(
     boundary writes inside a draft, sync and async): that case's arithmetic (v2/gdn_align.py, shared with vLLM
     0.32.0's V2) is checked by tests/vllm/test_vllm_prefix_caching.py."""
     spec = prefix_spec(hybrid, speculative={"method": "mtp", "num_speculative_tokens": 3}, plugin={})
-    rounds = [{"prompts": r["prompts"]} for r in plain["rounds"]]
+    oracle = requests_of(plain, TWO_REQUESTS)
+    rounds = [{"prompts": r["prompts"]} for r in oracle["rounds"]]
     ours = run_probe(ascend_engine_dir / "prefix_npu_v2_mtp", spec, rounds, env=EMULATED_V2)
     assert ours["runner_module"] == "vllm_ascend.worker.v2.model_runner", ours["runner_module"]
-    assert_matches_plain_with_prefix_caching(plain, ours, inside_draft=False)
+    assert_matches_plain_with_prefix_caching(oracle, ours, inside_draft=False)
     assert BLOCK in ours["rounds"][1]["cached"]
-    assert ours["align"]["boundary_writes"] >= len(plain["rounds"][0]["prompts"])
+    assert ours["align"]["boundary_writes"] >= len(TWO_REQUESTS)
