@@ -1,4 +1,5 @@
-"""Test setup: Triton kernels run in the interpreter on CPU tensors; checks that read values are on.
+"""Test setup: Triton kernels run in the interpreter on CPU tensors (its language patches cached:
+ascend_spec/e2e/interpreter_speed.py); checks that read values are on.
 
 Fixtures shared by the test modules: ``backend`` runs a test once per backend of ``ascend_spec.backend.BACKENDS``
 (a module that needs fewer parametrizes ``backend`` itself). Shared helpers live in ``tests/helpers.py``.
@@ -10,9 +11,16 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("ASCEND_SPEC_CHECKS", "1")
 os.environ.pop("ASCEND_SPEC_BACKEND", None)
 
+import importlib.util  # noqa: E402
+
 import pytest  # noqa: E402
 
 from ascend_spec.backend import BACKENDS  # noqa: E402
+
+if os.environ["TRITON_INTERPRET"] == "1" and importlib.util.find_spec("triton") is not None:
+    from ascend_spec.e2e.interpreter_speed import cache_language_patches
+
+    cache_language_patches()  # before any kernel runs (tests/test_interpreter_speed.py checks it changes nothing)
 
 
 @pytest.fixture(params=BACKENDS, scope="session")  # session scope: hypothesis tests may use it

@@ -8,7 +8,8 @@ from the triton-cpu fork: ``vllm/triton_utils/importing.py:36-47`` sets ``HAS_TR
 silently falls back to V1, and ``VLLM_USE_V2_MODEL_RUNNER=1`` is refused ("Model Runner V2 requires Triton.",
 ``config/vllm.py:3189-3190``). :func:`enable_cpu_model_runner_v2` registers a stand-in "cpu" entry and sets
 ``TRITON_INTERPRET=1``, so V2's kernels run in Triton's interpreter on CPU tensors, and closes the interpreter's
-two gaps V2 reaches (:func:`_cast_interpreter_masks_to_bool`, :func:`_route_top_k_top_p_to_pytorch`).
+two gaps V2 reaches (:func:`_cast_interpreter_masks_to_bool`, :func:`_route_top_k_top_p_to_pytorch`); two
+costs of the interpreter are cut (interpreter_speed.py, :func:`_zero_kv_blocks_with_memset`).
 Interpreted kernels are slow (tens to hundreds of
 milliseconds a step): this is for correctness, never for speed figures. Never active in a user's engine: only
 processes that call it are changed, and it is refused where CUDA is available (there V2 runs on real Triton).
@@ -21,9 +22,15 @@ with Triton accepted, V2 is also vLLM's default wherever ``use_v2_model_runner``
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
 import sys
+import types
+from collections.abc import Callable
 from typing import Any
+
+from ascend_spec.e2e.interpreter_speed import cache_language_patches
 
 RUNNERS = ("v1", "v2")
 
@@ -120,6 +127,63 @@ def _route_top_k_top_p_to_pytorch() -> None:
     sampler.apply_top_k_top_p_triton = top_k_top_p_pytorch
 
 
+def _zero_kv_blocks_with_memset() -> None:
+    """Answers ``vllm/v1/worker/utils.py``'s ``KVBlockZeroer.zero_block_ids``: V2 clears each step's newly
+    allocated KV blocks with a Triton kernel of one program per (block, segment, chunk of up to 1024 int32s),
+    2,304 interpreted programs for one engine's first blocks (34 s of a 167 s engine, profiled). Here the same
+    bytes are cleared with ``memset``, read from the table the zeroer precomputed (``_meta``: each segment's
+    absolute address, block stride and page size in int32 elements, as the kernel reads them)."""
+    import ctypes
+
+    def zero_block_ids(self, block_ids: list[int]) -> None:  # noqa: ANN001
+        if not block_ids or self._meta is None:
+            return
+        seg_addrs, seg_block_strides, seg_page_sizes = self._meta[:3]
+        segments = zip(seg_addrs.tolist(), seg_block_strides.tolist(), seg_page_sizes.tolist(), strict=True)
+        for address, block_stride, page_size in segments:
+            for block_id in block_ids:
+                ctypes.memset(address + 4 * block_id * block_stride, 0, 4 * page_size)
+
+    def replace(utils: types.ModuleType) -> None:
+        utils.KVBlockZeroer.zero_block_ids = zero_block_ids
+
+    # vllm.v1.worker.utils imports vLLM's layers: importing it here would import them before the engine loads
+    # its plugins (a started engine imports it with its runner), so it is changed as it is imported.
+    after_import("vllm.v1.worker.utils", replace)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``action(module)`` right after one module is first executed."""
+
+    def __init__(self, name: str, action: Callable[[types.ModuleType], None]) -> None:
+        self.name = name
+        self.action = action
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_act(module: types.ModuleType) -> None:
+            exec_module(module)
+            self.action(module)
+
+        spec.loader.exec_module = exec_then_act  # type: ignore[method-assign]
+        return spec
+
+
+def after_import(name: str, action: Callable[[types.ModuleType], None]) -> None:
+    """``action(module)`` now if ``name`` is imported, else right after its import."""
+    if name in sys.modules:
+        action(sys.modules[name])
+    else:
+        sys.meta_path.insert(0, _AfterImport(name, action))
+
+
 def enable_cpu_model_runner_v2() -> None:
     """Let engines started after this in this process run Model Runner V2 on the CPU (idempotent; module doc)."""
     global _enabled
@@ -147,12 +211,14 @@ def enable_cpu_model_runner_v2() -> None:
         )
     os.environ["TRITON_INTERPRET"] = "1"
     _register_backend()
+    cache_language_patches()
     _cast_interpreter_masks_to_bool()
     from vllm.triton_utils import HAS_TRITON
 
     if not HAS_TRITON:
         raise RuntimeError("vLLM did not accept the stand-in 'cpu' Triton backend (HAS_TRITON is False)")
     _route_top_k_top_p_to_pytorch()
+    _zero_kv_blocks_with_memset()
     _enabled = True
 
 

@@ -170,6 +170,59 @@ def test_interpreter_gaps_are_closed_against_torch(tmp_path):
     assert out["kept"][0] == 1 and all(1 <= n <= 64 for n in out["kept"])
 
 
+def test_kv_blocks_are_zeroed_as_vllms_kernel_zeroes_them(tmp_path):
+    """The harness's memset (cpu_v2._zero_kv_blocks_with_memset) against vLLM's zeroing kernel, interpreted, on
+    segments of different block strides and page sizes (one page past the kernel's 1024-element chunk, one
+    short of it): the same int32s cleared, every other one kept; installed as vllm.v1.worker.utils is imported."""
+    out = _fresh_process(
+        """
+        import json
+        from ascend_spec.e2e.cpu_v2 import enable_cpu_model_runner_v2
+        enable_cpu_model_runner_v2()
+        import torch
+        from vllm.v1.worker import utils
+
+        def segments(buffers):
+            # (buffer, block stride, page size) in int32 elements, as KVBlockZeroer's table holds them
+            return [(buffers[0], 1536, 1300), (buffers[1], 700, 700), (buffers[1][350:], 700, 300)]
+
+        def meta(buffers):
+            segs = segments(buffers)
+            addrs = torch.tensor([b.data_ptr() for b, _, _ in segs], dtype=torch.uint64)
+            strides = torch.tensor([s for _, s, _ in segs], dtype=torch.int64)
+            pages = torch.tensor([p for _, _, p in segs], dtype=torch.int64)
+            return addrs, strides, pages
+
+        def buffers():
+            g = torch.Generator().manual_seed(0)
+            return [torch.randint(1, 2**30, (n,), generator=g, dtype=torch.int32) for n in (1536 * 6, 700 * 6)]
+
+        block_ids = [4, 0, 2]
+        by_kernel = buffers()
+        addrs, strides, pages = meta(by_kernel)
+        chunks = (int(pages.max()) + 1023) // 1024
+        utils._zero_kv_blocks_kernel[(len(block_ids), len(addrs), chunks)](
+            addrs, strides, pages, torch.tensor(block_ids, dtype=torch.int64), BLOCK_SIZE=1024
+        )
+        by_memset = buffers()
+        zeroer = utils.KVBlockZeroer.__new__(utils.KVBlockZeroer)
+        zeroer._meta = (*meta(by_memset), chunks, 1024, 3)
+        zeroer.zero_block_ids(block_ids)
+        untouched = buffers()
+        print(json.dumps({
+            "equal": all(torch.equal(a, b) for a, b in zip(by_kernel, by_memset)),
+            "zeroed": sum(int((a != b).sum()) for a, b in zip(by_memset, untouched)),
+            "replaced": utils.KVBlockZeroer.zero_block_ids.__module__,
+        }))
+        """,
+        tmp_path,
+    )
+    assert out["replaced"] == "ascend_spec.e2e.cpu_v2"
+    assert out["equal"]
+    # 3 blocks x (1300 + 700 + 300) int32s; the third segment overlaps the second's blocks by its offset
+    assert out["zeroed"] > 3 * 1300
+
+
 # ------------------------------------------------------------------------------------------------- engines
 
 
