@@ -3,6 +3,7 @@ acceptance estimate's float64 reference and a guard against host reads."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -39,11 +40,13 @@ def assert_close(
 def retained_bytes(fn: Callable[[], Any]) -> int:
     """Bytes torch allocated while ``fn()`` ran and had not freed when it returned: the sum of every profiler
     event's own (self) memory change on CPU, allocations and frees, inside ops and outside them (``[memory]``
-    events). Temporaries freed inside count 0."""
+    events). Temporaries freed inside count 0, and so does garbage in reference cycles (collected before the end)."""
     from torch.profiler import ProfilerActivity, profile
 
+    gc.collect()  # garbage from before is not freed inside, where it would count negative
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
+        gc.collect()  # garbage in reference cycles (Triton's interpreter leaves some) is not retained
     return int(sum(event.self_cpu_memory_usage for event in prof.events()))
 
 
