@@ -52,7 +52,7 @@ for file in tests/vllm_ascend_emu/test_*.py; do
   case " $npu_own_jobs " in *" $(basename "$file") "*) ;; *) npu_rest="$npu_rest $file" ;; esac
 done
 {
-  # measured on the 2-core VM (2026-12-06; 0.30.0 forked): 755, 674, 406, 774, 576, 479, ~370 s
+  # measured on the 2-core VM (2026-12-07; 0.30.0 and 0.27.1 forked): 527, 563, 295, 711, 507, 391, 262 s
   prefix_listed=0
   for release in $matrix; do
     if [ -f "$logs/ok-$release" ] && [ "$(selection "$release")" != inert ]; then  # a supported release: two jobs
