@@ -22,15 +22,13 @@ with Triton accepted, V2 is also vLLM's default wherever ``use_v2_model_runner``
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
 import sys
 import types
-from collections.abc import Callable
 from typing import Any
 
 from ascend_spec.e2e.interpreter_speed import cache_language_patches
+from ascend_spec.import_hooks import after_import
 
 RUNNERS = ("v1", "v2")
 
@@ -150,38 +148,6 @@ def _zero_kv_blocks_with_memset() -> None:
     # vllm.v1.worker.utils imports vLLM's layers: importing it here would import them before the engine loads
     # its plugins (a started engine imports it with its runner), so it is changed as it is imported.
     after_import("vllm.v1.worker.utils", replace)
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``action(module)`` right after one module is first executed."""
-
-    def __init__(self, name: str, action: Callable[[types.ModuleType], None]) -> None:
-        self.name = name
-        self.action = action
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_act(module: types.ModuleType) -> None:
-            exec_module(module)
-            self.action(module)
-
-        spec.loader.exec_module = exec_then_act  # type: ignore[method-assign]
-        return spec
-
-
-def after_import(name: str, action: Callable[[types.ModuleType], None]) -> None:
-    """``action(module)`` now if ``name`` is imported, else right after its import."""
-    if name in sys.modules:
-        action(sys.modules[name])
-    else:
-        sys.meta_path.insert(0, _AfterImport(name, action))
 
 
 def enable_cpu_model_runner_v2() -> None:

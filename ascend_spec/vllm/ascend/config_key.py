@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
-import importlib.machinery
 import sys
-from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from ascend_spec.import_hooks import after_import
 from ascend_spec.vllm.config import CONFIG_KEY
 
 MODULE = "vllm_ascend.ascend_config"
@@ -68,44 +66,6 @@ def is_wrapped() -> bool:
     return cls is not None and getattr(cls.__init__, _MARK, False)
 
 
-class _Loader(importlib.abc.Loader):
-    """vllm-ascend's loader for the module, then the wrapper."""
-
-    def __init__(self, inner: importlib.abc.Loader) -> None:
-        self.inner = inner
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.inner.exec_module(module)
-        wrap_ascend_config(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: for ``vllm_ascend.ascend_config`` only, wraps the loader the other finders return."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader)
-                return spec
-        return None
-
-
 def install_config_key() -> None:
     """Wrap now if vllm-ascend's config module is loaded, else when it is (idempotent)."""
-    module = sys.modules.get(MODULE)
-    if module is not None:
-        wrap_ascend_config(module)
-        return
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    after_import(MODULE, wrap_ascend_config)
