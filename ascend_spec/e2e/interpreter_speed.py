@@ -62,7 +62,7 @@ def cache_language_patches() -> None:
     import triton.language as tl
 
     original = interpreter._patch_builtin
-    wrappers: dict[int, tuple[object, list[tuple[str, Any]]]] = {}
+    wrappers: dict[object, list[tuple[str, Any]]] = {}  # modules and classes hash by identity
     for obj in _language_objects():
         builtins = [(name, member) for name, member in inspect.getmembers(obj) if tl.core.is_builtin(member)]
         if not builtins:
@@ -70,16 +70,14 @@ def cache_language_patches() -> None:
         recorder = _Recorder()
         for name, member in builtins:
             interpreter._patch_attr(obj, name, member, interpreter.interpreter_builder, recorder)
-        wrappers[id(obj)] = (obj, recorder.values)
+        wrappers[obj] = recorder.values
 
     def _patch_builtin(pkg: object, builder: Any, scope: Any) -> None:
-        entry = wrappers.get(id(pkg))
-        if (
-            entry is None or entry[0] is not pkg
-        ):  # an object the interpreter did not patch when this was set up
+        entry = wrappers.get(pkg)
+        if entry is None:  # an object the interpreter did not patch when this was set up
             original(pkg, builder, scope)
             return
-        for name, wrapper in entry[1]:
+        for name, wrapper in entry:
             scope.set_attr(pkg, name, wrapper)
 
     interpreter._patch_builtin = _patch_builtin
