@@ -23,6 +23,13 @@ if os.environ["TRITON_INTERPRET"] == "1" and importlib.util.find_spec("triton") 
     cache_language_patches()  # before any kernel runs (tests/test_interpreter_speed.py checks it changes nothing)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _vllm_default_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """vLLM's default cache root (under XDG_CACHE_HOME) in the session's folder: the engine tests' engines share
+    its model infos (ascend_spec.e2e.engine.engine_cache_root) and write nothing to the user's cache."""
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg_cache"))
+
+
 @pytest.fixture(params=BACKENDS, scope="session")  # session scope: hypothesis tests may use it
 def backend(request: pytest.FixtureRequest) -> str:
     return request.param

@@ -429,6 +429,38 @@ def _forkable(spec: EngineSpec) -> bool:
     )
 
 
+def engine_cache_root(work: Path) -> Path:
+    """``VLLM_CACHE_ROOT`` for an engine started in ``work``: a folder of its own (start-up cost profiles, compile
+    caches) whose ``modelinfos`` is vLLM's default one. Without that cache vLLM inspects each model class in a
+    fresh subprocess that imports torch and vLLM (10-25 s on 2 cores); its entries are keyed by the class's
+    source hash, so sharing them is what vLLM does for every engine that keeps its default cache root."""
+    root = Path(work) / "vllm_cache"
+    root.mkdir(parents=True, exist_ok=True)
+    link = root / "modelinfos"
+    if not link.exists() and not link.is_symlink():
+        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        shared = (
+            Path(xdg) / "vllm" / "modelinfos"
+        )  # vLLM's VLLM_CACHE_ROOT default, as the engine would see it
+        shared.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(shared, target_is_directory=True)
+    return root
+
+
+def engine_child_env(work: Path, env: dict[str, str] | None) -> dict[str, str]:
+    """This process's environment for an engine child working in ``work`` (whose ``tmp`` exists), ``env`` on top:
+    caches and TMPDIR there, the engine in-process, and vLLM's usage reporter off (its thread runs a py-cpuinfo
+    subprocess beside the engine)."""
+    child_env = dict(os.environ)
+    if "VLLM_CACHE_ROOT" not in child_env:
+        child_env["VLLM_CACHE_ROOT"] = str(engine_cache_root(work))
+    child_env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    child_env["TMPDIR"] = str(work / "tmp")
+    child_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    child_env.update(env or {})
+    return child_env
+
+
 def run_isolated(
     spec: EngineSpec,
     prompts: list[list[int]],
@@ -447,11 +479,7 @@ def run_isolated(
     spec_dict = dataclasses.asdict(spec)
     spec_dict["target"] = str(spec.target)
     request.write_text(json.dumps({"spec": spec_dict, "prompts": prompts, "kwargs": kwargs}))
-    child_env = dict(os.environ)
-    child_env.setdefault("VLLM_CACHE_ROOT", str(work / "vllm_cache"))
-    child_env["TMPDIR"] = str(work / "tmp")
-    child_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    child_env.update(env or {})
+    child_env = engine_child_env(work, env)
     code, tail = fork_server.run_python(
         ["-m", "ascend_spec.e2e.engine", str(request), str(result)],
         child_env,

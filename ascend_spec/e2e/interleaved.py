@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ascend_spec.e2e.engine import EngineRun, EngineSpec
+from ascend_spec.e2e.engine import EngineRun, EngineSpec, engine_child_env
 
 CPUS_ENV = "ASCEND_SPEC_E2E_CPUS"  # the child pins itself to these CPUs before it imports torch
 
@@ -115,11 +115,7 @@ def run_interleaved(
             )
     work = Path(work_dir) if work_dir is not None else Path(tempfile.mkdtemp(prefix="ascend_spec_e2e_"))
     (work / "tmp").mkdir(parents=True, exist_ok=True)
-    child_env = dict(os.environ)
-    child_env.setdefault("VLLM_CACHE_ROOT", str(work / "vllm_cache"))
-    child_env["TMPDIR"] = str(work / "tmp")
-    child_env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    child_env.update(env or {})
+    child_env = engine_child_env(work, env)
     if cpus is not None:
         child_env[CPUS_ENV] = ",".join(map(str, cpus))
     request = {"prompts": prompts, "max_tokens": max_tokens}

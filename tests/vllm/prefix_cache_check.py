@@ -12,7 +12,6 @@ checkpoints (``prefix_cache_retention_interval``) make vLLM keep blocks that fil
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import torch
 from engine_helpers import assert_matches_plain
 
 from ascend_spec.e2e import fork_server
-from ascend_spec.e2e.engine import EngineRun, EngineSpec
+from ascend_spec.e2e.engine import EngineRun, EngineSpec, engine_child_env
 
 PROBE = Path(__file__).with_name("prefix_cache_probe.py")
 BLOCK = 256  # the tiny hybrid's attention/mamba block size in align mode
@@ -65,13 +64,7 @@ def run_probe(
     request.write_text(
         json.dumps({"spec": spec_dict, "rounds": rounds, "max_tokens": MAX_TOKENS, "logprobs": logprobs})
     )
-    child_env = {
-        **os.environ,
-        **(env or {}),
-        "VLLM_CACHE_ROOT": str(work / "vllm_cache"),
-        "TMPDIR": str(work / "tmp"),
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-    }
+    child_env = engine_child_env(work, env)
     code, output = fork_server.run_python(
         [str(PROBE), str(request), str(result)], child_env, work=work, runner=spec.runner, timeout=1200
     )

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ascend_spec.e2e.engine import engine_cache_root
+
 
 @dataclass
 class Server:
@@ -62,7 +64,8 @@ def serve(target: Path, work: Path, args: list[str], *, start_timeout: float = 4
     env = dict(os.environ)
     env.update(
         OMP_NUM_THREADS="1",
-        VLLM_CACHE_ROOT=str(work / "vllm_cache"),
+        VLLM_CACHE_ROOT=str(engine_cache_root(work)),
+        VLLM_NO_USAGE_STATS="1",
         TMPDIR=str(work / "tmp"),
     )
     command = [

@@ -17,7 +17,7 @@ import torch
 from engine_helpers import LENGTHS, PROMPTS, assert_matches_plain, run
 
 from ascend_spec.e2e import fork_server
-from ascend_spec.e2e.engine import EngineSpec, run_isolated
+from ascend_spec.e2e.engine import EngineSpec, engine_child_env, run_isolated
 from ascend_spec.e2e.tiny_models import VOCAB_SIZE
 
 pytestmark = pytest.mark.slow
@@ -42,8 +42,7 @@ def run_probe(work: Path, models, plugin: dict) -> dict:
     spec = EngineSpec(target=models.target, hybrid=models.hybrid, speculative=dspark(models), plugin=plugin)
     spec_dict = {**spec.__dict__, "target": str(spec.target)}
     request.write_text(json.dumps({"spec": spec_dict, "prompts": PROMPTS, "max_tokens": LENGTHS}))
-    env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", TMPDIR=str(work / "tmp"))
-    env.setdefault("VLLM_CACHE_ROOT", str(work / "vllm_cache"))
+    env = engine_child_env(work, None)
     _, output = fork_server.run_python([str(PROBE), str(request), str(result)], env, work=work)
     assert result.exists(), output
     return torch.load(result, weights_only=False)

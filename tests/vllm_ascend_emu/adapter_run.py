@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ascend_spec.e2e import fork_server
-from ascend_spec.e2e.engine import EngineRun, EngineSpec
+from ascend_spec.e2e.engine import EngineRun, EngineSpec, engine_child_env
 
 # Tensor methods that read device memory on the host (a sync on a real NPU).
 HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero")
@@ -139,9 +139,7 @@ def run_with_probe(
     spec_dict = dataclasses.asdict(spec)
     spec_dict["target"] = str(spec.target)
     request.write_text(json.dumps({"spec": spec_dict, "prompts": prompts, "max_tokens": max_tokens}))
-    child_env = dict(os.environ)
-    child_env.setdefault("VLLM_CACHE_ROOT", str(work_dir / "vllm_cache"))
-    child_env.update(TMPDIR=str(work_dir / "tmp"), VLLM_ENABLE_V1_MULTIPROCESSING="0", **env)
+    child_env = engine_child_env(work_dir, env)
     code, output = fork_server.run_python(
         [str(Path(__file__)), str(request), str(result)],
         child_env,

@@ -36,6 +36,10 @@ K = 3
 # steps' drafts at max_model_len - computed - 1 (tests/vllm/test_v2_plugin.py's ragged case).
 RAGGED = (builtin_prompts(4), [10, 14, 12, 7])
 RAGGED_LIMITS = {"max_model_len": 28}
+# The emulated NPU's engines: vLLM's start-up profile run pushes a dummy batch of max_num_batched_tokens (8192 by
+# default here) through kernels Triton's interpreter runs (vllm-ascend's rope: 26 s an engine); these requests
+# never batch more than 2 x 28 tokens, so no prompt is split at 256.
+NPU_BATCH = {"max_num_batched_tokens": 256}
 
 REPAIRS = """
 import json, sys
@@ -124,10 +128,13 @@ def hybrid(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     return make_tiny_models(tmp_path_factory.mktemp("ascend_v2"), hybrid=True, low_entropy=True)
 
 
-def _run(work: Path, spec: EngineSpec, env: dict[str, str], requests: tuple = RAGGED) -> EngineRun:
+def _run(
+    work: Path, spec: EngineSpec, env: dict[str, str], requests: tuple = RAGGED, *, logprobs: bool = False
+) -> EngineRun:
+    """One engine on ``requests``; ``logprobs`` (plain decoding's top-2, the tie rule's oracle) costs a second pass."""
     prompts, max_tokens = requests
     return run_isolated(
-        spec, prompts, work_dir=work, env=env, max_tokens=max_tokens, logprobs=True, timeout=1200
+        spec, prompts, work_dir=work, env=env, max_tokens=max_tokens, logprobs=logprobs, timeout=1200
     )
 
 
@@ -135,7 +142,7 @@ def _run(work: Path, spec: EngineSpec, env: dict[str, str], requests: tuple = RA
 def plain_ragged(ascend_engine_dir: Path, hybrid: TinyModels) -> EngineRun:
     """Plain decoding of the requests that reach max_model_len, two at a time, by vLLM's CPU engine."""
     spec = EngineSpec(target=hybrid.target, hybrid=True, max_num_seqs=2, extra=RAGGED_LIMITS)
-    plain = _run(ascend_engine_dir / "v2_plain_cpu_ragged", spec, PLAIN_CPU, RAGGED)
+    plain = _run(ascend_engine_dir / "v2_plain_cpu_ragged", spec, PLAIN_CPU, RAGGED, logprobs=True)
     assert plain.error is None, plain.error
     return plain
 
@@ -144,7 +151,7 @@ def plain_ragged(ascend_engine_dir: Path, hybrid: TinyModels) -> EngineRun:
 def plain_long(ascend_engine_dir: Path, hybrid: TinyModels) -> EngineRun:
     """The same requests at the default max_model_len, by vLLM's CPU engine."""
     spec = EngineSpec(target=hybrid.target, hybrid=True, max_num_seqs=2)
-    plain = _run(ascend_engine_dir / "v2_plain_cpu_long", spec, PLAIN_CPU, RAGGED)
+    plain = _run(ascend_engine_dir / "v2_plain_cpu_long", spec, PLAIN_CPU, RAGGED, logprobs=True)
     assert plain.error is None, plain.error
     return plain
 
@@ -154,7 +161,7 @@ def test_vllm_ascend_v2_runner_decodes_as_plain_cpu(
 ) -> None:
     """vllm-ascend's V2 runner starts in mode "v2" and decodes the hybrid as vLLM's CPU engine does (a prompt may
     leave plain decoding only at a bf16 tie of plain decoding's top-2 logits)."""
-    spec = EngineSpec(target=hybrid.target, hybrid=True, max_num_seqs=2)
+    spec = EngineSpec(target=hybrid.target, hybrid=True, max_num_seqs=2, extra=NPU_BATCH)
     ours = _run(ascend_engine_dir / "v2_npu", spec, EMULATED_V2)
     assert ours.error is None, ours.error
     assert ours.runner_class == V2_RUNNER and ours.runner == "v2", (ours.runner_class, ours.runner)
@@ -183,7 +190,7 @@ def test_gdn_verification_on_vllm_ascend_v2_matches_plain_with_ragged_drafts(
         plugin={"gdn_verify": True},
         async_scheduling=True,
         max_num_seqs=2,
-        extra=RAGGED_LIMITS,
+        extra={**RAGGED_LIMITS, **NPU_BATCH},
     )
     ours = _run(ascend_engine_dir / "v2_npu_gdn_mtp_async", spec, EMULATED_V2)
     assert ours.error is None, ours.error
@@ -207,11 +214,10 @@ def test_dflash_on_vllm_ascend_v2_matches_plain_with_block_inputs_equal_to_its_k
         "speculative": {"method": "dflash", "model": str(hybrid.dflash), "num_speculative_tokens": K},
         "plugin": {"gdn_verify": True},
         "max_num_seqs": 2,
+        "extra": NPU_BATCH,
     }
     env = {**os.environ, **EMULATED_V2, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TMPDIR": str(tmp_path)}
-    out = compare_block_inputs(
-        spec, *RAGGED, work=tmp_path, env=env, cpu_v2=False, timeout=1200, logprobs=True
-    )
+    out = compare_block_inputs(spec, *RAGGED, work=tmp_path, env=env, cpu_v2=False, timeout=1200)
     ours = out["run"]
     _assert_one_gdn_slot(ours)
     assert ours.block_slot_calls and ours.block_slot_calls > 0, ours.block_slot_calls
@@ -236,6 +242,7 @@ def test_gdn_verification_on_vllm_ascend_v1_runner_under_async_scheduling_matche
         plugin={},
         async_scheduling=True,
         max_num_seqs=2,
+        extra=NPU_BATCH,
     )
     env = {**EMULATED_V2, "VLLM_USE_V2_MODEL_RUNNER": "0", "ASCEND_SPEC_CHECKS": "0"}
     prompts, max_tokens = RAGGED
