@@ -52,7 +52,8 @@ for file in tests/vllm_ascend_emu/test_*.py; do
   case " $npu_own_jobs " in *" $(basename "$file") "*) ;; *) npu_rest="$npu_rest $file" ;; esac
 done
 {
-  # measured on the 2-core VM (2026-12-07; 0.30.0 and 0.27.1 forked): 527, 563, 295, 711, 507, 391, 262 s
+  # measured on the 2-core VM (2026-12-07, fresh clone of 21cf67f; 0.30.0 and 0.27.1 forked): 272, 196, 157, 269,
+  # 256, 196, 102 s
   prefix_listed=0
   for release in $matrix; do
     if [ -f "$logs/ok-$release" ] && [ "$(selection "$release")" != inert ]; then  # a supported release: two jobs
