@@ -438,10 +438,9 @@ def engine_cache_root(work: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     link = root / "modelinfos"
     if not link.exists() and not link.is_symlink():
+        # vLLM's VLLM_CACHE_ROOT default, as an engine started from this environment would see it
         xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        shared = (
-            Path(xdg) / "vllm" / "modelinfos"
-        )  # vLLM's VLLM_CACHE_ROOT default, as the engine would see it
+        shared = Path(xdg) / "vllm" / "modelinfos"
         shared.mkdir(parents=True, exist_ok=True)
         link.symlink_to(shared, target_is_directory=True)
     return root

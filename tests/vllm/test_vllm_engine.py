@@ -8,7 +8,10 @@ kernels legitimately round differently: there a prompt stops being compared (rep
 
 from __future__ import annotations
 
+import json
+import os
 import random
+from pathlib import Path
 
 import pytest
 from engine_helpers import (
@@ -45,6 +48,17 @@ def plain_hybrid_le(engine_dir, hybrid_low_entropy):
 @pytest.fixture(scope="module")
 def plain_dense_le(engine_dir, dense_low_entropy):
     return run(engine_dir, dense_low_entropy, logprobs=True)
+
+
+def test_engines_find_vllms_model_info_in_the_shared_folder(engine_dir, plain_hybrid) -> None:
+    """vLLM wrote its inspection of the hybrid's class through the engine folder's link into vLLM's default
+    folder (ascend_spec.e2e.engine.engine_cache_root), where an engine of any other folder reads it instead of
+    inspecting the class in a subprocess again."""
+    shared = Path(os.environ["XDG_CACHE_HOME"]) / "vllm" / "modelinfos"
+    assert (engine_dir / "vllm_cache" / "modelinfos").resolve() == shared.resolve()
+    (entry,) = shared.glob("*-Qwen3_5ForCausalLM.json")
+    info = json.loads(entry.read_text())
+    assert info["hash"] and info["modelinfo"]["is_hybrid"] is True, info
 
 
 # ------------------------------------------------------------------------------- ragged GDN verification
