@@ -14,26 +14,28 @@ Action = Callable[[ModuleType], None]
 
 
 class _Loader(importlib.abc.Loader):
-    """The module's own loader, then the action."""
+    """The module's own loader, then the actions."""
 
-    def __init__(self, inner: importlib.abc.Loader, action: Action) -> None:
+    def __init__(self, inner: importlib.abc.Loader, actions: list[Action]) -> None:
         self.inner = inner
-        self.action = action
+        self.actions = actions
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.inner.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self.inner.exec_module(module)
-        self.action(module)
+        for action in self.actions:
+            action(module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: for one module only, wraps the loader the other finders return."""
+    """Finds nothing itself: for one module only, wraps the loader the other finders return (one finder a module,
+    holding every action asked for it)."""
 
-    def __init__(self, name: str, action: Action) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.action = action
+        self.actions: list[Action] = []
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -46,7 +48,7 @@ class _Finder(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader, self.action)
+                    spec.loader = _Loader(spec.loader, self.actions)
                 return spec
         return None
 
@@ -57,5 +59,9 @@ def after_import(name: str, action: Action) -> None:
     if module is not None:
         action(module)
         return
-    if not any(isinstance(f, _Finder) and f.name == name and f.action is action for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder(name, action))
+    finder = next((f for f in sys.meta_path if isinstance(f, _Finder) and f.name == name), None)
+    if finder is None:
+        finder = _Finder(name)
+        sys.meta_path.insert(0, finder)
+    if action not in finder.actions:
+        finder.actions.append(action)
