@@ -169,11 +169,13 @@ def plain_v2_async_hybrid(engine_dir, hybrid_low_entropy):  # noqa: ANN001, ANN2
     return result
 
 
-def _async_gdn_checks(ours, plain) -> dict:  # noqa: ANN001
+def _async_gdn_checks(ours, plain, *, accepts: bool = True) -> dict:  # noqa: ANN001
     assert ours.runner == "v2", f"the worker built {ours.runner}, not Model Runner V2"
     assert_matches_plain(plain, ours, allow_ties=True)
     assert ours.gdn_slots_per_request == 1
-    assert 0 < ours.num_accepted <= ours.num_draft_tokens
+    assert ours.num_accepted <= ours.num_draft_tokens
+    if accepts:
+        assert ours.num_accepted > 0
     stats = ours.dynamic
     assert stats is not None and stats["steps"] > 0
     assert stats["host_copies"] == 0 and stats["max_host_copies_per_step"] == 0  # nothing read in a step
@@ -198,7 +200,13 @@ def test_dflash_dynamic_on_v2_hybrid_under_async_scheduling_with_measured_profil
         plugin={"dynamic": {"mode": "async"}},
         async_scheduling=True,
     )
-    stats = _async_gdn_checks(ours, plain_v2_async_hybrid)
+    # No count of accepted drafts is asserted: the random-weight drafter gets few drafts right (5 of 168 at full
+    # blocks, V1 and V2 alike, all first drafts), and which of them a plan verifies follows the measured costs,
+    # which follow the machine's load; a run under load verified 29 drafts and none was right. The preemption
+    # test (a profile file: the same plans every run) asserts the accepted drafts' commit.
+    stats = _async_gdn_checks(ours, plain_v2_async_hybrid, accepts=False)
+    planned = sum(int(length) * n for length, n in stats["lengths"].items())
+    assert planned > 0 and ours.num_draft_tokens > 0, stats  # drafts were verified after the measuring
     assert stats["profile_source"] == "measured" and stats["profile_startup_s"] > 0
 
 
